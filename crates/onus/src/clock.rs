@@ -1,0 +1,125 @@
+//! The one source of time for the job layer.
+//!
+//! Every instant that decides a job's fate (when it runs, when its lease expires, when a rate window
+//! closes, when it is pruned) comes from a [`Clock`]. Production uses [`SystemClock`]; tests use
+//! [`ManualClock`] and move time forward by hand, so days of retry schedule run in milliseconds.
+//! SQL never asks the database for the time.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::sync::watch;
+
+/// A point in time, in UTC, with microsecond precision in storage.
+pub type Timestamp = DateTime<Utc>;
+
+/// Where the job layer reads the time from.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current time.
+    fn now(&self) -> Timestamp;
+
+    /// A receiver that changes whenever time jumps by hand ([`ManualClock::advance`]).
+    /// The runtime wakes on it to look for jobs that just became due. `None` for the system clock.
+    fn jumps(&self) -> Option<watch::Receiver<Timestamp>> {
+        None
+    }
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Utc::now()
+    }
+}
+
+/// A clock that only moves when told to. Cloning shares the same time.
+///
+/// ```
+/// use std::time::Duration;
+/// use onus::{Clock, ManualClock};
+/// let clock = ManualClock::at("2026-01-01T00:00:00Z".parse().unwrap());
+/// clock.advance(Duration::from_secs(5 * 24 * 3600));
+/// assert_eq!(clock.now().to_rfc3339(), "2026-01-06T00:00:00+00:00");
+/// ```
+#[derive(Clone)]
+pub struct ManualClock {
+    inner: Arc<Mutex<Timestamp>>,
+    tx: Arc<watch::Sender<Timestamp>>,
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now())
+            .finish()
+    }
+}
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn at(start: Timestamp) -> Self {
+        let (tx, _) = watch::channel(start);
+        Self {
+            inner: Arc::new(Mutex::new(trunc(start))),
+            tx: Arc::new(tx),
+        }
+    }
+
+    /// A clock standing at the current wall-clock time.
+    pub fn starting_now() -> Self {
+        Self::at(Utc::now())
+    }
+
+    /// Moves time forward and wakes every runtime that uses this clock.
+    pub fn advance(&self, by: Duration) {
+        let by = TimeDelta::from_std(by).unwrap_or(TimeDelta::MAX);
+        let now = {
+            let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            *t += by;
+            *t
+        };
+        self.tx.send_replace(now);
+    }
+
+    /// Moves time to `to` if it lies in the future (time never goes back).
+    pub fn advance_to(&self, to: Timestamp) {
+        let now = {
+            let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            if to > *t {
+                *t = trunc(to);
+            }
+            *t
+        };
+        self.tx.send_replace(now);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn jumps(&self) -> Option<watch::Receiver<Timestamp>> {
+        Some(self.tx.subscribe())
+    }
+}
+
+/// Truncates to the microsecond, the precision both stores keep.
+pub(crate) fn trunc(t: Timestamp) -> Timestamp {
+    from_micros(t.timestamp_micros())
+}
+
+pub(crate) fn from_micros(us: i64) -> Timestamp {
+    DateTime::from_timestamp_micros(us).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// `t + d`, saturating instead of overflowing.
+pub(crate) fn add(t: Timestamp, d: Duration) -> Timestamp {
+    let d = TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+    t.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}

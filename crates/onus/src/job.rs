@@ -1,0 +1,367 @@
+//! Jobs: what is stored ([`Job`]), what callers insert ([`NewJob`]), and the states a job moves through.
+//!
+//! See `docs/state-machine.md` for the transitions and who causes each one.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::policy::Policy;
+
+/// A job's id: unique, never reused, increasing with insertion order.
+pub type JobId = i64;
+
+/// Where a job stands. See `docs/state-machine.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Due now, waiting for a worker.
+    Available,
+    /// Inserted to run later.
+    Scheduled,
+    /// Held by a worker that is running it.
+    Running,
+    /// Failed, waiting out its backoff.
+    Retryable,
+    /// Waiting for a named time; no attempt was spent.
+    Snoozed,
+    /// Finished successfully.
+    Completed,
+    /// Will not run again (see [`DiscardReason`]) unless retried by hand.
+    Discarded,
+    /// Cancelled by hand.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 8] = [
+        JobState::Available,
+        JobState::Scheduled,
+        JobState::Running,
+        JobState::Retryable,
+        JobState::Snoozed,
+        JobState::Completed,
+        JobState::Discarded,
+        JobState::Cancelled,
+    ];
+
+    /// The state's name as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Available => "available",
+            JobState::Scheduled => "scheduled",
+            JobState::Running => "running",
+            JobState::Retryable => "retryable",
+            JobState::Snoozed => "snoozed",
+            JobState::Completed => "completed",
+            JobState::Discarded => "discarded",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Completed, discarded or cancelled: only a manual retry moves the job again.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Discarded | JobState::Cancelled
+        )
+    }
+
+    /// Waiting to run (claimable once its `run_at` has passed).
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            JobState::Available | JobState::Scheduled | JobState::Retryable | JobState::Snoozed
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+                format!(
+                    "unknown job state {s:?}; the states are {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Why a job was discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscardReason {
+    /// The handler said trying again cannot help (or the args could not be decoded).
+    Permanent,
+    /// Every attempt the policy allows was spent.
+    Exhausted,
+    /// Dropped on purpose by a rate window whose policy is to drop.
+    Dropped,
+}
+
+impl DiscardReason {
+    /// The reason's name as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscardReason::Permanent => "permanent",
+            DiscardReason::Exhausted => "exhausted",
+            DiscardReason::Dropped => "dropped",
+        }
+    }
+}
+
+impl FromStr for DiscardReason {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "permanent" => Ok(DiscardReason::Permanent),
+            "exhausted" => Ok(DiscardReason::Exhausted),
+            "dropped" => Ok(DiscardReason::Dropped),
+            _ => Err(format!("unknown discard reason {s:?}")),
+        }
+    }
+}
+
+/// What an entry in a job's history records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryClass {
+    /// The handler returned a retryable error.
+    Error,
+    /// The handler panicked.
+    Panic,
+    /// The attempt ran past the kind's timeout.
+    Timeout,
+    /// The process running the job died; its lease expired.
+    WorkerLost,
+    /// The handler (or a busy lease key, or a spent rate window) snoozed the job.
+    Snooze,
+    /// The handler discarded the job as permanently failed.
+    Discard,
+    /// A rate window dropped the job on purpose.
+    Dropped,
+    /// The job was cancelled by hand.
+    Cancelled,
+}
+
+/// One failed attempt or snooze in a job's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// When it happened.
+    pub at: Timestamp,
+    /// The attempt it belongs to.
+    pub attempt: u32,
+    /// What happened.
+    pub class: EntryClass,
+    /// The error or reason.
+    pub message: String,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Unique id.
+    pub id: JobId,
+    /// The kind, which names its handler and policy.
+    pub kind: String,
+    /// The named queue it runs in.
+    pub queue: String,
+    /// The arguments, as JSON.
+    pub args: serde_json::Value,
+    /// Lower runs first among jobs that are due.
+    pub priority: i16,
+    /// Where it stands.
+    pub state: JobState,
+    /// Attempts spent (a snooze spends none).
+    pub attempt: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When it runs next (or ran last).
+    pub run_at: Timestamp,
+    /// When it was inserted.
+    pub created_at: Timestamp,
+    /// When its latest attempt started.
+    pub attempted_at: Option<Timestamp>,
+    /// When it reached a finished state.
+    pub finalized_at: Option<Timestamp>,
+    /// Every failed attempt and snooze, oldest first.
+    pub errors: Vec<HistoryEntry>,
+    /// How many times it was snoozed.
+    pub snoozes: u32,
+    /// Why it was discarded.
+    pub discard_reason: Option<DiscardReason>,
+    /// While unfinished, no other job of the kind holds this key.
+    pub unique_key: Option<String>,
+    /// At most N jobs holding this key run at once (N is set on the kind).
+    pub lease_key: Option<String>,
+    /// The process running it.
+    pub lease_owner: Option<String>,
+    /// When the running process's hold on it expires.
+    pub lease_expires_at: Option<Timestamp>,
+    /// A cancel was asked for while it ran.
+    pub cancel_requested: bool,
+}
+
+impl Job {
+    /// Decodes the args into `T`; the error names the field that failed.
+    pub fn args_as<T: DeserializeOwned>(&self) -> Result<T, String> {
+        decode_args(&self.args)
+    }
+}
+
+pub(crate) fn decode_args<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("args do not decode: {}", e.inner())
+        } else {
+            format!("args do not decode at field `{path}`: {}", e.inner())
+        }
+    })
+}
+
+/// When a new job should run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunAt {
+    /// As soon as a worker is free.
+    #[default]
+    Now,
+    /// At this instant.
+    At(Timestamp),
+    /// This long after insertion (by the inserting client's clock).
+    After(Duration),
+}
+
+/// A job to insert.
+///
+/// ```
+/// use onus::NewJob;
+/// let job = NewJob::new("search.index", serde_json::json!({"doc": 42}))
+///     .queue("indexing")
+///     .priority(1)
+///     .unique_key("doc-42");
+/// assert_eq!(job.kind, "search.index");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The kind.
+    pub kind: String,
+    /// Arguments as JSON.
+    pub args: serde_json::Value,
+    /// Queue; when unset, the kind's queue (or `default`).
+    pub queue: Option<String>,
+    /// Lower runs first; 0 when unset.
+    pub priority: i16,
+    /// When to run.
+    pub run_at: RunAt,
+    /// While an unfinished job of the same kind has this key, inserting returns that job instead.
+    pub unique_key: Option<String>,
+    /// A lease key: at most N jobs with this key run at once.
+    pub lease_key: Option<String>,
+    /// Attempts allowed; when unset, the kind's policy decides.
+    pub max_attempts: Option<u32>,
+}
+
+impl NewJob {
+    /// A job of `kind` with JSON `args`, to run now.
+    pub fn new(kind: impl Into<String>, args: serde_json::Value) -> Self {
+        NewJob {
+            kind: kind.into(),
+            args,
+            queue: None,
+            priority: 0,
+            run_at: RunAt::Now,
+            unique_key: None,
+            lease_key: None,
+            max_attempts: None,
+        }
+    }
+
+    /// A job from typed args; the kind comes from [`JobArgs::KIND`].
+    pub fn of<A: JobArgs>(args: &A) -> Result<Self, serde_json::Error> {
+        Ok(Self::new(A::KIND, serde_json::to_value(args)?))
+    }
+
+    /// Runs in this queue.
+    pub fn queue(mut self, q: impl Into<String>) -> Self {
+        self.queue = Some(q.into());
+        self
+    }
+
+    /// Lower runs first.
+    pub fn priority(mut self, p: i16) -> Self {
+        self.priority = p;
+        self
+    }
+
+    /// Runs at this instant.
+    pub fn run_at(mut self, t: Timestamp) -> Self {
+        self.run_at = RunAt::At(t);
+        self
+    }
+
+    /// Runs this long after insertion.
+    pub fn run_after(mut self, d: Duration) -> Self {
+        self.run_at = RunAt::After(d);
+        self
+    }
+
+    /// Unique while unfinished.
+    pub fn unique_key(mut self, k: impl Into<String>) -> Self {
+        self.unique_key = Some(k.into());
+        self
+    }
+
+    /// Holds this lease key while running.
+    pub fn lease_key(mut self, k: impl Into<String>) -> Self {
+        self.lease_key = Some(k.into());
+        self
+    }
+
+    /// Overrides the policy's attempt count for this job.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+}
+
+/// Typed job arguments: the kind's name and, as data, its policy and queue.
+///
+/// ```
+/// use onus::{JobArgs, Policy};
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct SendReceipt { order: u64, to: String }
+/// impl JobArgs for SendReceipt {
+///     const KIND: &'static str = "receipt.send";
+///     fn policy() -> Policy { Policy::preset_mail() }
+/// }
+/// ```
+pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The kind's name.
+    const KIND: &'static str;
+
+    /// The kind's retry policy (the `default` preset unless overridden).
+    fn policy() -> Policy {
+        Policy::preset_default()
+    }
+
+    /// The queue jobs of this kind go to when the insert names none.
+    fn queue() -> &'static str {
+        crate::DEFAULT_QUEUE
+    }
+}

@@ -1,0 +1,43 @@
+//! # Onus: a durable job layer where retry has exactly one owner
+//!
+//! Handlers only *classify* a failure: `Ok(())`, any error (retryable, the default with `?`),
+//! [`JobError::Snooze`] (run again at a named time, no attempt spent) or [`JobError::Discard`]
+//! (permanent). The job layer alone decides when to try again, from a [`Policy`] declared as data
+//! on the job kind, with jitter. Nothing else in a service built on Onus may retry.
+//!
+//! - [`job`]: jobs, states, what callers insert.
+//! - [`outcome`]: the handler's answer and the state change it causes.
+//! - [`policy`]: policies, backoff, presets, jitter, timelines.
+//! - [`clock`]: the one source of time (a manual clock in tests).
+//! - [`limits`]: lease keys and rate windows.
+//! - [`store`]: the storage interface and the SQLite store.
+//! - [`runtime`]: client, workers, rescuer, periodic jobs, leader election, retention.
+
+pub mod clock;
+pub mod job;
+pub mod limits;
+pub mod outcome;
+pub mod policy;
+pub mod runtime;
+pub mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use job::{
+    DiscardReason, EntryClass, HistoryEntry, Job, JobArgs, JobId, JobState, NewJob, RunAt,
+};
+pub use limits::{RateWindow, WhenSpent};
+pub use outcome::{JobError, JobResult, SnoozeUntil};
+pub use policy::{Backoff, Policy, PolicyOverride, Timeline};
+pub use runtime::{
+    BuildError, Builder, Client, Error, Handler, JobContext, Kind, Onus, Options, Periodic,
+    Running, Schedule,
+};
+pub use store::{open, JobFilter, Store, StoreError};
+
+/// The SQLite store and the in-transaction insert for applications that share its file.
+pub mod sqlite {
+    pub use crate::store::sqlite::{insert_tx, rusqlite, Durability, SqliteOptions, SqliteStore};
+}
+
+/// The queue a job runs in when neither its insert nor its kind names one.
+pub const DEFAULT_QUEUE: &str = "default";

@@ -1,0 +1,221 @@
+//! The client: insert jobs (one, many, or inside the caller's transaction), look them up, and
+//! retry or cancel them by hand, singly or in bulk.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{self, Timestamp};
+use crate::job::{Job, JobId, JobState, NewJob, RunAt};
+use crate::store::{CancelOutcome, InsertRow, Inserted, JobFilter, Store, StoreError};
+
+use super::Shared;
+
+/// What went wrong in a client call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed; the message says what to fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A wait ran out of time.
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// Inserts and manages jobs. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) shared: Arc<Shared>,
+}
+
+const MAX_NAME: usize = 200;
+
+fn check_name(what: &str, v: &str) -> Result<(), Error> {
+    if v.trim().is_empty() {
+        return Err(Error::Invalid(format!("{what} must not be empty")));
+    }
+    if v.len() > MAX_NAME || v.chars().any(|c| c.is_control()) {
+        return Err(Error::Invalid(format!(
+            "{what} {v:?} must be at most {MAX_NAME} bytes with no control characters"
+        )));
+    }
+    Ok(())
+}
+
+impl Client {
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// The job layer's current time.
+    pub fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+
+    /// Resolves a new job's defaults (queue and attempts from its kind's policy, the run time from
+    /// this client's clock) into the row a store writes. Use it with an in-transaction insert such
+    /// as [`crate::sqlite::insert_tx`].
+    pub fn prepare(&self, job: NewJob) -> Result<InsertRow, Error> {
+        prepare_with(&self.shared, job)
+    }
+
+    /// Inserts one job; durable once this returns.
+    pub async fn insert(&self, job: NewJob) -> Result<Inserted, Error> {
+        let mut v = self.insert_many(vec![job]).await?;
+        v.pop()
+            .ok_or_else(|| Error::Invalid("nothing was inserted".into()))
+    }
+
+    /// Inserts many jobs in one transaction: all or none.
+    pub async fn insert_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, Error> {
+        let rows = jobs
+            .into_iter()
+            .map(|j| self.prepare(j))
+            .collect::<Result<Vec<_>, _>>()?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self.shared.store.insert(rows).await?;
+        let mut woken = std::collections::HashSet::new();
+        for i in &out {
+            if i.inserted && i.job.state == JobState::Available && woken.insert(i.job.queue.clone())
+            {
+                self.shared.hub.wake(&i.job.queue);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tells this process's workers that jobs were inserted elsewhere (for example with
+    /// [`crate::sqlite::insert_tx`] after the caller's commit), so they need not wait for a poll.
+    pub fn notify_inserted(&self, queue: &str) {
+        self.shared.hub.wake(queue);
+    }
+
+    /// One job.
+    pub async fn get(&self, id: JobId) -> Result<Job, Error> {
+        self.shared
+            .store
+            .get(id)
+            .await?
+            .ok_or(Error::Store(StoreError::NotFound(id)))
+    }
+
+    /// Jobs matching `filter`, newest first; pass the last id seen as `before` for the next page.
+    pub async fn list(
+        &self,
+        filter: &JobFilter,
+        limit: usize,
+        before: Option<JobId>,
+    ) -> Result<Vec<Job>, Error> {
+        Ok(self
+            .shared
+            .store
+            .list(filter, limit.clamp(1, 10_000), before)
+            .await?)
+    }
+
+    /// Runs a discarded, cancelled or retryable job now, with one more attempt if it needs one.
+    pub async fn retry(&self, id: JobId) -> Result<Job, Error> {
+        self.retry_where(&JobFilter::id(id)).await?;
+        self.get(id).await
+    }
+
+    /// Manual retry of every job matching `filter` (not just one page). Returns the ids retried.
+    pub async fn retry_where(&self, filter: &JobFilter) -> Result<Vec<JobId>, Error> {
+        let ids = self.shared.store.retry(filter, self.now()).await?;
+        if !ids.is_empty() {
+            self.shared.hub.wake_all();
+        }
+        Ok(ids)
+    }
+
+    /// Cancels a job: a waiting one at once, a running one by a signal its handler can observe.
+    pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
+        self.cancel_where(&JobFilter::id(id)).await
+    }
+
+    /// Cancels every job matching `filter`.
+    pub async fn cancel_where(&self, filter: &JobFilter) -> Result<CancelOutcome, Error> {
+        let out = self.shared.store.cancel(filter, self.now()).await?;
+        for id in &out.requested {
+            self.shared.hub.cancel_running(*id);
+        }
+        Ok(out)
+    }
+
+    /// Polls job `id` until `done` holds or `timeout` passes (for tests and tools).
+    pub async fn wait_for(
+        &self,
+        id: JobId,
+        done: impl Fn(&Job) -> bool,
+        timeout: Duration,
+    ) -> Result<Job, Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let job = self.get(id).await?;
+            if done(&job) {
+                return Ok(job);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::Timeout(format!(
+                    "job {id} did not reach the awaited condition within {}; it is {} (attempt {}/{})",
+                    crate::policy::human(timeout),
+                    job.state,
+                    job.attempt,
+                    job.max_attempts
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Error> {
+    check_name("kind", &job.kind)?;
+    let kind = shared.kinds.get(&job.kind);
+    let queue = job
+        .queue
+        .or_else(|| kind.map(|k| k.queue.clone()))
+        .unwrap_or_else(|| crate::DEFAULT_QUEUE.to_string());
+    check_name("queue", &queue)?;
+    if let Some(k) = &job.unique_key {
+        check_name("unique_key", k)?;
+    }
+    if let Some(k) = &job.lease_key {
+        check_name("lease_key", k)?;
+    }
+    let max_attempts = match job.max_attempts {
+        Some(0) => return Err(Error::Invalid("max_attempts must be at least 1".into())),
+        Some(n) => n,
+        None => kind
+            .map(|k| k.policy.max_attempts)
+            .unwrap_or(crate::Policy::preset_default().max_attempts),
+    };
+    let now = shared.clock.now();
+    let run_at = match job.run_at {
+        RunAt::Now => now,
+        RunAt::At(t) => clock::trunc(t),
+        RunAt::After(d) => clock::trunc(clock::add(now, d)),
+    };
+    let state = if run_at > now {
+        JobState::Scheduled
+    } else {
+        JobState::Available
+    };
+    Ok(InsertRow {
+        kind: job.kind,
+        queue,
+        args: job.args,
+        priority: job.priority,
+        state,
+        max_attempts,
+        run_at,
+        created_at: now,
+        unique_key: job.unique_key,
+        lease_key: job.lease_key,
+    })
+}

@@ -1,0 +1,208 @@
+//! Job kinds: a name, a policy (data), a queue, lease-key slots, and a handler.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, Timestamp};
+use crate::job::{decode_args, Job, JobArgs};
+use crate::limits::{RateWindow, WhenSpent};
+use crate::outcome::{JobError, JobResult};
+use crate::policy::Policy;
+use crate::store::{RateDecision, Store};
+
+/// A boxed handler future.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = JobResult> + Send + 'static>>;
+
+/// Runs one attempt of a job. Implemented for async closures by [`Kind::handler`] and
+/// [`crate::Builder::register`]; implement it by hand for handlers that need state.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs the attempt described by `ctx`.
+    fn call(&self, ctx: JobContext) -> HandlerFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = JobResult> + Send + 'static,
+{
+    fn call(&self, ctx: JobContext) -> HandlerFuture {
+        Box::pin(self(ctx))
+    }
+}
+
+/// A job kind: its name and, as data, how its jobs run.
+#[derive(Clone)]
+pub struct Kind {
+    pub(crate) name: String,
+    pub(crate) policy: Policy,
+    pub(crate) queue: String,
+    pub(crate) lease_slots: u32,
+    pub(crate) handler: Option<Arc<dyn Handler>>,
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kind")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .field("queue", &self.queue)
+            .field("lease_slots", &self.lease_slots)
+            .field("handled", &self.handler.is_some())
+            .finish()
+    }
+}
+
+impl Kind {
+    /// A kind with the `default` policy in the `default` queue, not handled in this process.
+    pub fn new(name: impl Into<String>) -> Self {
+        Kind {
+            name: name.into(),
+            policy: Policy::preset_default(),
+            queue: crate::DEFAULT_QUEUE.into(),
+            lease_slots: 1,
+            handler: None,
+        }
+    }
+
+    /// The kind of typed args `A`, with their declared policy and queue.
+    pub fn of<A: JobArgs>() -> Self {
+        Kind::new(A::KIND).policy(A::policy()).queue(A::queue())
+    }
+
+    /// Sets the retry policy.
+    pub fn policy(mut self, p: Policy) -> Self {
+        self.policy = p;
+        self
+    }
+
+    /// Sets the queue jobs go to when their insert names none.
+    pub fn queue(mut self, q: impl Into<String>) -> Self {
+        self.queue = q.into();
+        self
+    }
+
+    /// How many jobs holding the same lease key may run at once (default 1).
+    pub fn lease_slots(mut self, n: u32) -> Self {
+        self.lease_slots = n.max(1);
+        self
+    }
+
+    /// Handles jobs of this kind in this process, with the raw JSON args in `ctx.job().args`.
+    pub fn handler(mut self, h: impl Handler) -> Self {
+        self.handler = Some(Arc::new(h));
+        self
+    }
+
+    /// Handles jobs of this kind with typed args; args that fail to decode discard the job with a
+    /// message naming the field.
+    pub fn typed<A, F, Fut>(self, f: F) -> Self
+    where
+        A: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = JobResult> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.handler(move |ctx: JobContext| {
+            let f = f.clone();
+            async move {
+                let args: A = decode_args(&ctx.job().args).map_err(JobError::discard)?;
+                f(ctx, args).await
+            }
+        })
+    }
+
+    /// The kind's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kind's policy (after configuration overrides).
+    pub fn policy_ref(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The kind's default queue.
+    pub fn queue_name(&self) -> &str {
+        &self.queue
+    }
+}
+
+/// What a handler knows about the attempt it runs.
+#[derive(Clone)]
+pub struct JobContext {
+    pub(crate) job: Arc<Job>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) store: Arc<dyn Store>,
+}
+
+impl fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobContext")
+            .field("job", &self.job.id)
+            .field("kind", &self.job.kind)
+            .finish()
+    }
+}
+
+impl JobContext {
+    /// The job as claimed (`attempt` counts this attempt).
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// This attempt's number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.job.attempt
+    }
+
+    /// The job layer's current time.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// True once the job was cancelled; the attempt then ends `cancelled` unless it succeeds.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the job is cancelled.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// Takes one use of `limit` for `key`. When the window is spent this returns the error to
+    /// propagate with `?`: a snooze to the next window, or a drop, as the limit says.
+    pub async fn take(&self, limit: &RateWindow, key: &str) -> Result<(), JobError> {
+        let stored = format!("{}:{key}", limit.name);
+        match self
+            .store
+            .take_rate(&stored, limit.max, limit.window, self.clock.now())
+            .await
+        {
+            Ok(RateDecision::Taken { .. }) => Ok(()),
+            Ok(RateDecision::Spent(next)) => Err(match limit.when_spent {
+                WhenSpent::Snooze => JobError::snooze_until(
+                    next,
+                    format!(
+                        "rate window {} spent for {key} ({} per {})",
+                        limit.name,
+                        limit.max,
+                        crate::policy::human(limit.window)
+                    ),
+                ),
+                WhenSpent::Drop => JobError::Drop(format!(
+                    "rate window {} spent for {key} ({} per {}): dropped on purpose",
+                    limit.name,
+                    limit.max,
+                    crate::policy::human(limit.window)
+                )),
+            }),
+            Err(e) => Err(JobError::Retryable(Box::new(e))),
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Maintenance loops: heartbeats (lease renewal and cancel requests), the rescuer, and the
+//! leader's work (periodic jobs and retention).
+//!
+//! The rescuer runs in every process but only for kinds that process knows, so a job is never
+//! rescued under a policy its rescuer has not seen; its writes are guarded by the lost lease, so
+//! two rescuers never both act on one job. Periodic enqueues and pruning run on the leader only.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::worker::{finish_of, jumped};
+use super::Shared;
+use crate::clock::add;
+use crate::job::NewJob;
+use crate::outcome::{decide, AttemptEnd};
+use crate::store::Finish;
+
+/// The name of the leadership that periodic jobs and retention need.
+pub(crate) const LEADER: &str = "onus";
+
+/// Renews the leases of this process's running jobs and delivers cancel requests made elsewhere.
+pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(shared.options.heartbeat_interval) => {}
+            _ = stop.cancelled() => return,
+        }
+        if shared.hub.running_ids() == 0 {
+            continue;
+        }
+        let until = add(shared.clock.now(), shared.options.lease_ttl);
+        match shared.store.heartbeat(&shared.owner, until).await {
+            Ok(cancel) => {
+                failing = false;
+                for id in cancel {
+                    shared.hub.cancel_running(id);
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::error!(error = %e, "cannot renew job leases");
+                    failing = true;
+                }
+            }
+        }
+    }
+}
+
+/// Turns expired leases of known kinds into failed attempts ("worker lost") under their policy.
+pub(crate) async fn rescuer(
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    finish: mpsc::UnboundedSender<Finish>,
+) {
+    let kinds = shared.handled_kinds();
+    if kinds.is_empty() {
+        return;
+    }
+    let mut jumps = shared.clock.jumps();
+    loop {
+        let now = shared.clock.now();
+        match shared.store.expired(&kinds, now, &shared.owner, 500).await {
+            Ok(jobs) => {
+                for job in jobs {
+                    let Some(kind) = shared.kinds.get(&job.kind) else {
+                        continue;
+                    };
+                    tracing::warn!(job = job.id, kind = %job.kind, owner = ?job.lease_owner, "rescuing a job whose worker was lost");
+                    let t = decide(
+                        &job,
+                        AttemptEnd::WorkerLost,
+                        &kind.policy,
+                        now,
+                        &mut rand::thread_rng(),
+                    );
+                    let release = job.lease_key.clone();
+                    let _ = finish.send(finish_of(&shared, &job, t, release));
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "rescuer cannot read expired leases"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.options.rescue_interval) => {}
+            _ = jumped(&mut jumps) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Leader election, then (as leader) periodic enqueues and retention.
+pub(crate) async fn leader(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut jumps = shared.clock.jumps();
+    let mut leading = false;
+    let mut last_prune: Option<Instant> = None;
+    let mut registered = false;
+    loop {
+        let now = shared.clock.now();
+        if !registered {
+            registered = register_periodics(&shared).await;
+        }
+        match shared
+            .store
+            .try_lead(
+                LEADER,
+                &shared.owner,
+                now,
+                add(now, shared.options.leader_ttl),
+            )
+            .await
+        {
+            Ok(l) => {
+                if l != leading {
+                    tracing::info!(owner = %shared.owner, leading = l, "leadership changed");
+                }
+                leading = l;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "leader election failed");
+                leading = false;
+            }
+        }
+        if leading {
+            if registered {
+                enqueue_due_periods(&shared).await;
+            }
+            let due = last_prune.is_none_or(|t| t.elapsed() >= shared.options.prune_interval);
+            if due {
+                prune(&shared).await;
+                last_prune = Some(Instant::now());
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.options.maintenance_interval) => {}
+            _ = jumped(&mut jumps) => { last_prune = None; }
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+async fn register_periodics(shared: &Shared) -> bool {
+    let now = shared.clock.now();
+    for p in &shared.periodics {
+        let next = p.schedule.next_after(now);
+        if let Err(e) = shared
+            .store
+            .upsert_periodic(&p.name, &p.job.kind, &p.schedule.describe(), next)
+            .await
+        {
+            tracing::error!(periodic = %p.name, error = %e, "cannot register periodic job");
+            return false;
+        }
+    }
+    true
+}
+
+async fn enqueue_due_periods(shared: &Shared) {
+    if shared.periodics.is_empty() {
+        return;
+    }
+    let rows = match shared.store.list_periodic().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read periodic schedules");
+            return;
+        }
+    };
+    let now = shared.clock.now();
+    for p in &shared.periodics {
+        let Some(row) = rows.iter().find(|r| r.name == p.name) else {
+            continue;
+        };
+        let Some(period) = row.next_run_at else {
+            continue;
+        };
+        if period > now {
+            continue;
+        }
+        let next = p.schedule.next_after(now);
+        let job: NewJob = p
+            .job
+            .clone()
+            .unique_key(super::periodic_unique_key(&p.name, period));
+        let row = match super::client::prepare_with(shared, job) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(periodic = %p.name, error = %e, "periodic job is invalid");
+                continue;
+            }
+        };
+        let queue = row.queue.clone();
+        match shared
+            .store
+            .enqueue_period(&p.name, period, next, row)
+            .await
+        {
+            Ok(Some(id)) => {
+                tracing::info!(periodic = %p.name, job = id, period = %period, "enqueued periodic job");
+                shared.hub.wake(&queue);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(periodic = %p.name, error = %e, "cannot enqueue periodic job")
+            }
+        }
+    }
+}
+
+async fn prune(shared: &Shared) {
+    let now = shared.clock.now();
+    loop {
+        match shared
+            .store
+            .prune(now, shared.options.retention, 10_000)
+            .await
+        {
+            Ok(n) if n >= 10_000 => continue,
+            Ok(n) => {
+                if n > 0 {
+                    tracing::info!(deleted = n, "retention pruned finished jobs");
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "retention failed");
+                return;
+            }
+        }
+    }
+}

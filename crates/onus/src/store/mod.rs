@@ -1,0 +1,377 @@
+//! Storage: one [`Store`] trait, implemented by SQLite (the embedded default) and, later, PostgreSQL.
+//!
+//! A store persists and queries; it never decides. Every instant it writes comes from the caller
+//! (the runtime's [`Clock`](crate::Clock)), never from the database's own `now()`, and every state
+//! change after an attempt arrives as a ready-made [`Transition`] computed by the job layer.
+//! Writes after an attempt are guarded by the lease (`owner` and `attempt`), so a late answer from a
+//! process that lost its job can never overwrite newer state.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::job::{Job, JobId, JobState};
+use crate::outcome::Transition;
+
+pub mod sqlite;
+
+/// A storage failure, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened or set up.
+    #[error("{0}")]
+    Open(String),
+    /// The database URL is not one Onus understands.
+    #[error("{0}")]
+    BadUrl(String),
+    /// A query failed.
+    #[error("database error: {0}")]
+    Query(String),
+    /// The store's background writer is gone (the process is shutting down).
+    #[error("the store is closed")]
+    Closed,
+    /// No job with that id.
+    #[error("no job with id {0}")]
+    NotFound(JobId),
+    /// The action does not apply to the job in its current state.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// Result alias for stores.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A job ready to write: every default resolved by the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InsertRow {
+    /// Kind.
+    pub kind: String,
+    /// Queue.
+    pub queue: String,
+    /// Args as JSON.
+    pub args: serde_json::Value,
+    /// Priority.
+    pub priority: i16,
+    /// `available` or `scheduled`.
+    pub state: JobState,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// When it runs.
+    pub run_at: Timestamp,
+    /// Insertion time.
+    pub created_at: Timestamp,
+    /// Unique key.
+    pub unique_key: Option<String>,
+    /// Lease key.
+    pub lease_key: Option<String>,
+}
+
+/// The answer to one insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inserted {
+    /// The new job, or the unfinished job that already held the unique key.
+    pub job: Job,
+    /// False when the unique key returned an existing job.
+    pub inserted: bool,
+}
+
+/// What a worker asks for when it claims.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The queue to claim from.
+    pub queue: String,
+    /// Only these kinds (the ones the process knows).
+    pub kinds: Vec<String>,
+    /// At most this many jobs.
+    pub limit: usize,
+    /// The claiming process.
+    pub owner: String,
+    /// The claim time.
+    pub now: Timestamp,
+    /// When the lease on the claimed jobs expires unless renewed.
+    pub lease_until: Timestamp,
+}
+
+/// One finished attempt to record.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// The job.
+    pub id: JobId,
+    /// The process that ran it (guards the write).
+    pub owner: String,
+    /// The attempt it ran (guards the write).
+    pub attempt: u32,
+    /// The state change.
+    pub transition: Transition,
+    /// When the attempt ended.
+    pub now: Timestamp,
+    /// The lease key the job held, to release.
+    pub release_lease: Option<String>,
+    /// The periodic schedule this job belongs to, to record its result.
+    pub periodic: Option<String>,
+}
+
+/// Which jobs an action or a listing applies to. Empty lists match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFilter {
+    /// Ids.
+    #[serde(default)]
+    pub ids: Vec<JobId>,
+    /// States.
+    #[serde(default)]
+    pub states: Vec<JobState>,
+    /// Kinds.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Queues.
+    #[serde(default)]
+    pub queues: Vec<String>,
+}
+
+impl JobFilter {
+    /// Just this job.
+    pub fn id(id: JobId) -> Self {
+        JobFilter {
+            ids: vec![id],
+            ..Default::default()
+        }
+    }
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CancelOutcome {
+    /// Waiting jobs now cancelled.
+    pub cancelled: Vec<JobId>,
+    /// Running jobs whose process was asked to stop them.
+    pub requested: Vec<JobId>,
+}
+
+/// The answer to a lease-key acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseDecision {
+    /// The job holds a slot until the given time.
+    Acquired,
+    /// Every slot is held: the job was snoozed until this time at the latest.
+    Busy(Timestamp),
+}
+
+/// The answer to taking one use of a rate window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateDecision {
+    /// Taken; this many uses are left in the window.
+    Taken {
+        /// Uses left.
+        left: u32,
+    },
+    /// Spent until the next window opens at this time.
+    Spent(Timestamp),
+}
+
+/// A periodic schedule's stored state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeriodicRow {
+    /// Its name.
+    pub name: String,
+    /// The kind it enqueues.
+    pub kind: String,
+    /// Its schedule, as written (`cron: ...` or `every: ...`).
+    pub schedule: String,
+    /// The latest period enqueued.
+    pub last_period_at: Option<Timestamp>,
+    /// The job enqueued for it.
+    pub last_job_id: Option<JobId>,
+    /// When its latest job finished.
+    pub last_run_at: Option<Timestamp>,
+    /// How its latest job ended (`completed`, `discarded`, ...).
+    pub last_state: Option<String>,
+    /// When a job of it last failed.
+    pub last_failure_at: Option<Timestamp>,
+    /// That failure's message.
+    pub last_error: Option<String>,
+    /// When it is next due.
+    pub next_run_at: Option<Timestamp>,
+}
+
+/// An alert raised by an exhausted job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alert {
+    /// Id.
+    pub id: i64,
+    /// The job.
+    pub job_id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// The last error.
+    pub message: String,
+    /// When it was raised.
+    pub created_at: Timestamp,
+    /// When someone acknowledged it.
+    pub acked_at: Option<Timestamp>,
+}
+
+/// How many jobs stand in each (state, kind, queue).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CountRow {
+    /// State.
+    pub state: JobState,
+    /// Kind.
+    pub kind: String,
+    /// Queue.
+    pub queue: String,
+    /// Number of jobs.
+    pub count: u64,
+}
+
+/// What retention removes: finished jobs older than these ages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Completed jobs are kept this long (default 1 day).
+    pub completed: Duration,
+    /// Discarded and cancelled jobs are kept this long (default 7 days).
+    pub discarded: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            completed: Duration::from_secs(86_400),
+            discarded: Duration::from_secs(7 * 86_400),
+        }
+    }
+}
+
+/// The storage interface. Every backend passes the same conformance tests.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// The backend's name (`sqlite`, `postgres`).
+    fn backend(&self) -> &'static str;
+
+    /// Inserts jobs in one transaction, in order.
+    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>>;
+
+    /// Claims up to `limit` due jobs: `state = running`, `attempt + 1`, leased to `owner`.
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>>;
+
+    /// Records finished attempts; for each, whether the guarded write applied.
+    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>>;
+
+    /// Extends the leases of `owner`'s running jobs to `lease_until`; returns those asked to cancel.
+    async fn heartbeat(&self, owner: &str, lease_until: Timestamp) -> StoreResult<Vec<JobId>>;
+
+    /// One job.
+    async fn get(&self, id: JobId) -> StoreResult<Option<Job>>;
+
+    /// Jobs matching `filter`, newest first, with ids below `before` when given.
+    async fn list(
+        &self,
+        filter: &JobFilter,
+        limit: usize,
+        before: Option<JobId>,
+    ) -> StoreResult<Vec<Job>>;
+
+    /// Manual retry of every matching discarded, cancelled, retryable, scheduled or snoozed job:
+    /// due now, with one more attempt allowed if needed. Returns the jobs retried.
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<Vec<JobId>>;
+
+    /// Manual cancel of every matching unfinished job.
+    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome>;
+
+    /// Running jobs of `kinds` whose lease expired before `now`, not held by `except_owner`.
+    async fn expired(
+        &self,
+        kinds: &[String],
+        now: Timestamp,
+        except_owner: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Job>>;
+
+    /// Takes one of `slots` slots of lease `key` for the running `job` (leased to `owner`) until
+    /// `until`. When every slot is busy, snoozes the job in the same write (no attempt spent) until
+    /// the earliest slot expires; releasing a slot wakes the longest waiter at once.
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        slots: u32,
+        job: &Job,
+        owner: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<LeaseDecision>;
+
+    /// Takes one use of rate window `key` (at most `max` per `window`, windows aligned to the epoch).
+    async fn take_rate(
+        &self,
+        key: &str,
+        max: u32,
+        window: Duration,
+        now: Timestamp,
+    ) -> StoreResult<RateDecision>;
+
+    /// Takes or renews leadership `name` for `holder` until `until`; true when `holder` leads.
+    async fn try_lead(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<bool>;
+
+    /// Gives leadership up.
+    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()>;
+
+    /// Records a periodic schedule (created if new; its schedule text and kind updated).
+    async fn upsert_periodic(
+        &self,
+        name: &str,
+        kind: &str,
+        schedule: &str,
+        next_run_at: Timestamp,
+    ) -> StoreResult<PeriodicRow>;
+
+    /// Enqueues `job` for period `period` of `name`, unless that period (or a later one) already
+    /// was. Returns the job's id when enqueued.
+    async fn enqueue_period(
+        &self,
+        name: &str,
+        period: Timestamp,
+        next_run_at: Timestamp,
+        job: InsertRow,
+    ) -> StoreResult<Option<JobId>>;
+
+    /// Every periodic schedule.
+    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>>;
+
+    /// Deletes finished jobs past retention, old rate windows and stale leases; returns jobs deleted.
+    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64>;
+
+    /// Alerts, newest first.
+    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>>;
+
+    /// Acknowledges an alert; false when there is none with that id.
+    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool>;
+
+    /// Job counts per state, kind and queue.
+    async fn counts(&self) -> StoreResult<Vec<CountRow>>;
+}
+
+/// Opens the store a URL names: `sqlite://path/to/file.db` (created if missing).
+pub async fn open(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        let opts = sqlite::SqliteOptions::from_url(url)?;
+        Ok(std::sync::Arc::new(sqlite::SqliteStore::open(opts).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Err(StoreError::BadUrl(
+            "PostgreSQL support is not built yet in this version; use sqlite://path/to/onus.db"
+                .into(),
+        ))
+    } else {
+        Err(StoreError::BadUrl(format!(
+            "database URL {url:?} is not understood; use sqlite://path/to/onus.db (or postgres://user@host/db)"
+        )))
+    }
+}

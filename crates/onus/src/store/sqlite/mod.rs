@@ -1,0 +1,1092 @@
+//! The SQLite store: the embedded default, one file, zero set-up.
+//!
+//! One writer thread owns the only write connection and commits every write that queued up while
+//! the previous commit was syncing in a single transaction (group commit), so many workers never
+//! meet `database is locked` and a durable commit costs one sync for a whole batch. Each write runs
+//! in its own savepoint, so one failing write never undoes its neighbours. Reads use a small pool of
+//! separate connections (WAL lets them run beside the writer). A caller is answered only after its
+//! write is committed: an acknowledged insert survives a crash.
+//!
+//! Other processes may share the file (the CLI, or a second `onus serve`): writers take the lock
+//! with `BEGIN IMMEDIATE` and wait for it (`busy_timeout`) instead of failing.
+
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, Row, ToSql};
+use tokio::sync::oneshot;
+
+use super::*;
+use crate::clock::{from_micros, Timestamp};
+use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId};
+use crate::outcome::Transition;
+
+pub use rusqlite;
+
+const MIGRATIONS: &[&str] = &[include_str!("001_jobs.sql")];
+
+/// How hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous = FULL`: a confirmed write survives power loss (the default).
+    Full,
+    /// `synchronous = NORMAL`: survives a process crash, may lose the last commits on power loss; faster.
+    Normal,
+}
+
+/// How to open a SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// The database file (created if missing).
+    pub path: PathBuf,
+    /// Commit durability.
+    pub durability: Durability,
+    /// How long a write waits for another process's lock before failing.
+    pub busy_timeout: Duration,
+    /// Most writes committed in one transaction.
+    pub max_batch: usize,
+}
+
+impl SqliteOptions {
+    /// Options for the file at `path`, durable.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SqliteOptions {
+            path: path.into(),
+            durability: Durability::Full,
+            busy_timeout: Duration::from_secs(30),
+            max_batch: 1024,
+        }
+    }
+
+    /// Parses `sqlite://relative/path.db`, `sqlite:///absolute/path.db` or `sqlite:path.db`, with an
+    /// optional `?synchronous=normal` (or `full`, the default).
+    pub fn from_url(url: &str) -> StoreResult<Self> {
+        let rest = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .ok_or_else(|| StoreError::BadUrl(format!("{url:?} is not a sqlite:// URL")))?;
+        let (path, query) = match rest.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (rest, None),
+        };
+        if path.is_empty() {
+            return Err(StoreError::BadUrl(format!(
+                "{url:?} names no file; write it like sqlite://onus.db or sqlite:///var/lib/onus/onus.db"
+            )));
+        }
+        let mut o = SqliteOptions::new(path);
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("synchronous", v)) if v.eq_ignore_ascii_case("full") => o.durability = Durability::Full,
+                Some(("synchronous", v)) if v.eq_ignore_ascii_case("normal") => o.durability = Durability::Normal,
+                _ => {
+                    return Err(StoreError::BadUrl(format!(
+                        "unknown option {pair:?} in {url:?}; the one option is synchronous=full (default) or synchronous=normal"
+                    )))
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
+type Deliver = Box<dyn FnOnce(Option<&str>) + Send>;
+type Work = Box<dyn FnOnce(&Connection) -> Deliver + Send>;
+
+/// The SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    writer: Mutex<Option<mpsc::Sender<Work>>>,
+    readers: Arc<ReaderPool>,
+    path: PathBuf,
+}
+
+#[derive(Debug)]
+struct ReaderPool {
+    opts: SqliteOptions,
+    idle: Mutex<Vec<Connection>>,
+}
+
+fn open_err(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Open(format!(
+        "cannot open the SQLite database at {}: {e}; check that the directory exists, is writable, and that the file is an Onus database",
+        path.display()
+    ))
+}
+
+fn connect(opts: &SqliteOptions, write: bool) -> StoreResult<Connection> {
+    let path = &opts.path;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(open_err(
+                path,
+                format!("directory {} does not exist", dir.display()),
+            ));
+        }
+    }
+    let conn = Connection::open(path).map_err(|e| open_err(path, e))?;
+    conn.busy_timeout(opts.busy_timeout)
+        .map_err(|e| open_err(path, e))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    let sync = match opts.durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    let pragmas = if write {
+        format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32000;")
+    } else {
+        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000;".to_string()
+    };
+    conn.execute_batch(&pragmas)
+        .map_err(|e| open_err(path, e))?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection, path: &Path) -> StoreResult<()> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| open_err(path, e))?;
+    if version as usize > MIGRATIONS.len() {
+        return Err(StoreError::Open(format!(
+            "the database at {} has schema version {version}, newer than this Onus knows ({}); upgrade Onus",
+            path.display(),
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| open_err(path, e))?;
+        // Another process may have migrated while we waited for the lock.
+        let now: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| open_err(path, e))?;
+        if now as usize > i {
+            continue;
+        }
+        tx.execute_batch(sql)
+            .map_err(|e| open_err(path, format!("migration {} failed: {e}", i + 1)))?;
+        tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
+            .map_err(|e| open_err(path, e))?;
+        tx.commit().map_err(|e| open_err(path, e))?;
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) and migrates the database, and starts its writer thread.
+    pub async fn open(opts: SqliteOptions) -> StoreResult<Self> {
+        let o = opts.clone();
+        let conn = tokio::task::spawn_blocking(move || -> StoreResult<Connection> {
+            let mut conn = connect(&o, true)?;
+            migrate(&mut conn, &o.path)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| StoreError::Open(e.to_string()))??;
+        let (tx, rx) = mpsc::channel::<Work>();
+        let max_batch = opts.max_batch.max(1);
+        std::thread::Builder::new()
+            .name("onus-sqlite-writer".into())
+            .spawn(move || writer_loop(conn, rx, max_batch))
+            .map_err(|e| StoreError::Open(format!("cannot start the SQLite writer thread: {e}")))?;
+        Ok(SqliteStore {
+            writer: Mutex::new(Some(tx)),
+            readers: Arc::new(ReaderPool {
+                opts: opts.clone(),
+                idle: Mutex::new(Vec::new()),
+            }),
+            path: opts.path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn write<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let work: Work = Box::new(move |conn: &Connection| {
+            let r = in_savepoint(conn, f);
+            Box::new(move |commit_err: Option<&str>| {
+                let r = match commit_err {
+                    None => r,
+                    Some(e) => Err(StoreError::Query(format!("commit failed: {e}"))),
+                };
+                let _ = tx.send(r);
+            })
+        });
+        {
+            let guard = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            guard
+                .as_ref()
+                .ok_or(StoreError::Closed)?
+                .send(work)
+                .map_err(|_| StoreError::Closed)?;
+        }
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn read<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let pool = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = pool.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let conn = match conn {
+                Some(c) => c,
+                None => connect(&pool.opts, false)?,
+            };
+            let r = f(&conn);
+            pool.idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
+            r
+        })
+        .await
+        .map_err(|e| StoreError::Query(e.to_string()))?
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer thread once it has committed what is queued.
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+fn in_savepoint<R>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<R>,
+) -> StoreResult<R> {
+    conn.execute_batch("SAVEPOINT onus_op").map_err(q)?;
+    let r = f(conn);
+    if r.is_err() {
+        let _ = conn.execute_batch("ROLLBACK TO onus_op");
+    }
+    conn.execute_batch("RELEASE onus_op").map_err(q)?;
+    r
+}
+
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize) {
+    let mut delivers: Vec<Deliver> = Vec::with_capacity(max_batch);
+    while let Ok(first) = rx.recv() {
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let msg = format!("cannot begin a write transaction: {e}");
+            first(&conn)(Some(&msg));
+            continue;
+        }
+        delivers.push(first(&conn));
+        while delivers.len() < max_batch {
+            match rx.try_recv() {
+                Ok(w) => delivers.push(w(&conn)),
+                Err(_) => break,
+            }
+        }
+        let commit = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
+        if commit.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        let err = commit.err();
+        for d in delivers.drain(..) {
+            d(err.as_deref());
+        }
+    }
+}
+
+fn q(e: rusqlite::Error) -> StoreError {
+    StoreError::Query(e.to_string())
+}
+
+fn us(t: Timestamp) -> i64 {
+    t.timestamp_micros()
+}
+
+fn ts(v: Option<i64>) -> Option<Timestamp> {
+    v.map(from_micros)
+}
+
+const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
+    attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
+    lease_expires_at, cancel_requested";
+
+fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
+    let bad = |i: usize, e: String| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    };
+    let args: String = r.get(3)?;
+    let state: String = r.get(5)?;
+    let errors: String = r.get(12)?;
+    let reason: Option<String> = r.get(14)?;
+    Ok(Job {
+        id: r.get(0)?,
+        kind: r.get(1)?,
+        queue: r.get(2)?,
+        args: serde_json::from_str(&args).map_err(|e| bad(3, e.to_string()))?,
+        priority: r.get(4)?,
+        state: state.parse().map_err(|e| bad(5, e))?,
+        attempt: r.get(6)?,
+        max_attempts: r.get(7)?,
+        run_at: from_micros(r.get(8)?),
+        created_at: from_micros(r.get(9)?),
+        attempted_at: ts(r.get(10)?),
+        finalized_at: ts(r.get(11)?),
+        errors: serde_json::from_str(&errors).map_err(|e| bad(12, e.to_string()))?,
+        snoozes: r.get(13)?,
+        discard_reason: reason
+            .map(|s| s.parse::<DiscardReason>())
+            .transpose()
+            .map_err(|e| bad(14, e))?,
+        unique_key: r.get(15)?,
+        lease_key: r.get(16)?,
+        lease_owner: r.get(17)?,
+        lease_expires_at: ts(r.get(18)?),
+        cancel_requested: r.get(19)?,
+    })
+}
+
+fn get_job(conn: &Connection, id: JobId) -> StoreResult<Option<Job>> {
+    conn.prepare_cached(&format!("SELECT {JOB_COLS} FROM onus_jobs WHERE id = ?1"))
+        .map_err(q)?
+        .query_row([id], job_from_row)
+        .optional()
+        .map_err(q)
+}
+
+/// Inserts one job on `conn`, which the caller holds in an open transaction: the job commits with
+/// the caller's own writes or not at all (the outbox).
+///
+/// ```no_run
+/// # fn demo(conn: &mut onus::sqlite::rusqlite::Connection, client: &onus::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let tx = conn.transaction()?;
+/// tx.execute("INSERT INTO orders (id, total) VALUES (?1, ?2)", (42, 1999))?;
+/// let row = client.prepare(onus::NewJob::new("receipt.send", serde_json::json!({"order": 42})))?;
+/// onus::sqlite::insert_tx(&tx, row)?;
+/// tx.commit()?; // the order and its job, or neither
+/// # Ok(()) }
+/// ```
+pub fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Inserted> {
+    insert_one(conn, &row)
+}
+
+fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
+    let args = serde_json::to_string(&row.args).map_err(|e| StoreError::Query(e.to_string()))?;
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
+             DO NOTHING
+             RETURNING {JOB_COLS}"
+        ))
+        .map_err(q)?;
+    let new = stmt
+        .query_row(
+            params![
+                row.kind,
+                row.queue,
+                args,
+                row.priority,
+                row.state.as_str(),
+                row.max_attempts,
+                us(row.run_at),
+                us(row.created_at),
+                row.unique_key,
+                row.lease_key
+            ],
+            job_from_row,
+        )
+        .optional()
+        .map_err(q)?;
+    if let Some(job) = new {
+        return Ok(Inserted {
+            job,
+            inserted: true,
+        });
+    }
+    let existing = conn
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLS} FROM onus_jobs WHERE kind = ?1 AND unique_key = ?2
+             AND state NOT IN ('completed', 'discarded', 'cancelled')"
+        ))
+        .map_err(q)?
+        .query_row(params![row.kind, row.unique_key], job_from_row)
+        .map_err(q)?;
+    Ok(Inserted {
+        job: existing,
+        inserted: false,
+    })
+}
+
+fn entry_json(e: &HistoryEntry) -> StoreResult<String> {
+    serde_json::to_string(e).map_err(|e| StoreError::Query(e.to_string()))
+}
+
+fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
+    const GUARD: &str = "WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND attempt = ?3";
+    let now = us(f.now);
+    let n = match &f.transition {
+        Transition::Complete => conn
+            .prepare_cached(&format!(
+                "UPDATE onus_jobs SET state = 'completed', finalized_at = ?4, lease_owner = NULL, lease_expires_at = NULL {GUARD}"
+            ))
+            .map_err(q)?
+            .execute(params![f.id, f.owner, f.attempt, now]),
+        Transition::Retry { run_at, entry } => conn
+            .prepare_cached(&format!(
+                "UPDATE onus_jobs SET state = 'retryable', run_at = ?4, errors = json_insert(errors, '$[#]', json(?5)),
+                 lease_owner = NULL, lease_expires_at = NULL {GUARD}"
+            ))
+            .map_err(q)?
+            .execute(params![f.id, f.owner, f.attempt, us(*run_at), entry_json(entry)?]),
+        Transition::Snooze { run_at, entry } => conn
+            .prepare_cached(&format!(
+                "UPDATE onus_jobs SET state = 'snoozed', run_at = ?4, attempt = attempt - 1, snoozes = snoozes + 1,
+                 errors = json_insert(errors, '$[#]', json(?5)), lease_owner = NULL, lease_expires_at = NULL {GUARD}"
+            ))
+            .map_err(q)?
+            .execute(params![f.id, f.owner, f.attempt, us(*run_at), entry_json(entry)?]),
+        Transition::Discard { reason, entry, .. } => conn
+            .prepare_cached(&format!(
+                "UPDATE onus_jobs SET state = 'discarded', finalized_at = ?4, discard_reason = ?5,
+                 errors = json_insert(errors, '$[#]', json(?6)), lease_owner = NULL, lease_expires_at = NULL {GUARD}"
+            ))
+            .map_err(q)?
+            .execute(params![f.id, f.owner, f.attempt, now, reason.as_str(), entry_json(entry)?]),
+        Transition::Cancel { entry } => conn
+            .prepare_cached(&format!(
+                "UPDATE onus_jobs SET state = 'cancelled', finalized_at = ?4,
+                 errors = json_insert(errors, '$[#]', json(?5)), lease_owner = NULL, lease_expires_at = NULL {GUARD}"
+            ))
+            .map_err(q)?
+            .execute(params![f.id, f.owner, f.attempt, now, entry_json(entry)?]),
+        Transition::Return => conn
+            .prepare_cached(&format!(
+                "UPDATE onus_jobs SET state = 'available', run_at = ?4, attempt = attempt - 1,
+                 lease_owner = NULL, lease_expires_at = NULL {GUARD}"
+            ))
+            .map_err(q)?
+            .execute(params![f.id, f.owner, f.attempt, now]),
+    }
+    .map_err(q)?;
+    if n == 0 {
+        return Ok(false);
+    }
+    if let Transition::Discard {
+        alert: true, entry, ..
+    } = &f.transition
+    {
+        conn.prepare_cached(
+            "INSERT INTO onus_alerts (job_id, kind, message, created_at) SELECT id, kind, ?2, ?3 FROM onus_jobs WHERE id = ?1",
+        )
+        .map_err(q)?
+        .execute(params![f.id, entry.message, now])
+        .map_err(q)?;
+    }
+    if let Some(key) = &f.release_lease {
+        release_lease(conn, key, f.id, now)?;
+    }
+    if let Some(name) = &f.periodic {
+        let (state, failure): (&str, Option<&str>) = match &f.transition {
+            Transition::Complete => ("completed", None),
+            Transition::Retry { entry, .. } => ("retryable", Some(&entry.message)),
+            Transition::Discard { entry, .. } => ("discarded", Some(&entry.message)),
+            Transition::Cancel { .. } => ("cancelled", None),
+            Transition::Snooze { .. } | Transition::Return => ("", None),
+        };
+        if !state.is_empty() {
+            conn.prepare_cached(
+                "UPDATE onus_periodic SET last_run_at = ?2, last_state = ?3,
+                 last_failure_at = CASE WHEN ?4 IS NULL THEN last_failure_at ELSE ?2 END,
+                 last_error = COALESCE(?4, last_error) WHERE name = ?1",
+            )
+            .map_err(q)?
+            .execute(params![name, now, state, failure])
+            .map_err(q)?;
+        }
+    }
+    Ok(true)
+}
+
+fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreResult<()> {
+    let freed = conn
+        .prepare_cached("DELETE FROM onus_leases WHERE key = ?1 AND job_id = ?2")
+        .map_err(q)?
+        .execute(params![key, job])
+        .map_err(q)?;
+    if freed > 0 {
+        // Wake the job that has waited longest for this key.
+        conn.prepare_cached(
+            "UPDATE onus_jobs SET run_at = ?2 WHERE id = (
+                SELECT id FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' ORDER BY run_at, id LIMIT 1
+             ) AND run_at > ?2",
+        )
+        .map_err(q)?
+        .execute(params![key, now])
+        .map_err(q)?;
+    }
+    Ok(())
+}
+
+/// Appends the filter's conditions and parameters.
+fn filter_sql(f: &JobFilter, params: &mut Vec<Box<dyn ToSql + Send>>) -> String {
+    let mut sql = String::new();
+    let mut add = |col: &str, json: String, params: &mut Vec<Box<dyn ToSql + Send>>| {
+        params.push(Box::new(json));
+        sql.push_str(&format!(
+            " AND {col} IN (SELECT value FROM json_each(?{}))",
+            params.len()
+        ));
+    };
+    let j = |v: serde_json::Value| v.to_string();
+    if !f.ids.is_empty() {
+        add("id", j(serde_json::json!(f.ids)), params);
+    }
+    if !f.states.is_empty() {
+        add("state", j(serde_json::json!(f.states)), params);
+    }
+    if !f.kinds.is_empty() {
+        add("kind", j(serde_json::json!(f.kinds)), params);
+    }
+    if !f.queues.is_empty() {
+        add("queue", j(serde_json::json!(f.queues)), params);
+    }
+    sql
+}
+
+fn refs(p: &[Box<dyn ToSql + Send>]) -> Vec<&dyn ToSql> {
+    p.iter().map(|b| b.as_ref() as &dyn ToSql).collect()
+}
+
+fn explain_refusal(conn: &Connection, f: &JobFilter, action: &str) -> StoreResult<()> {
+    if let [id] = f.ids.as_slice() {
+        if f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty() {
+            return match get_job(conn, *id)? {
+                None => Err(StoreError::NotFound(*id)),
+                Some(j) => Err(StoreError::Conflict(format!(
+                    "job {id} is {}; it cannot be {action}",
+                    j.state
+                ))),
+            };
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
+        self.write(move |conn| rows.iter().map(|r| insert_one(conn, r)).collect())
+            .await
+    }
+
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
+        let kinds =
+            serde_json::to_string(&req.kinds).map_err(|e| StoreError::Query(e.to_string()))?;
+        self.write(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1,
+                        lease_owner = ?2, lease_expires_at = ?3, cancel_requested = 0
+                     WHERE id IN (
+                        SELECT id FROM (
+                            SELECT id, priority, run_at FROM (
+                                SELECT id, priority, run_at FROM onus_jobs
+                                WHERE state = 'available' AND queue = ?4 AND kind IN (SELECT value FROM json_each(?5))
+                                ORDER BY priority, run_at, id LIMIT ?6)
+                            UNION ALL
+                            SELECT id, priority, run_at FROM (
+                                SELECT id, priority, run_at FROM onus_jobs
+                                WHERE state IN ('scheduled', 'retryable', 'snoozed') AND queue = ?4 AND run_at <= ?1
+                                  AND kind IN (SELECT value FROM json_each(?5))
+                                ORDER BY run_at LIMIT ?6)
+                        ) ORDER BY priority, run_at, id LIMIT ?6
+                     )
+                     RETURNING {JOB_COLS}"
+                ))
+                .map_err(q)?;
+            let mut jobs = stmt
+                .query_map(
+                    params![us(req.now), req.owner, us(req.lease_until), req.queue, kinds, req.limit as i64],
+                    job_from_row,
+                )
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<Job>>>()
+                .map_err(q)?;
+            jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
+            Ok(jobs)
+        })
+        .await
+    }
+
+    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+        self.write(move |conn| batch.iter().map(|f| finish_one(conn, f)).collect())
+            .await
+    }
+
+    async fn heartbeat(&self, owner: &str, lease_until: Timestamp) -> StoreResult<Vec<JobId>> {
+        let owner = owner.to_string();
+        self.write(move |conn| {
+            conn.prepare_cached("UPDATE onus_jobs SET lease_expires_at = ?2 WHERE state = 'running' AND lease_owner = ?1")
+                .map_err(q)?
+                .execute(params![owner, us(lease_until)])
+                .map_err(q)?;
+            let ids = conn
+                .prepare_cached(
+                    "SELECT id FROM onus_jobs WHERE state = 'running' AND lease_owner = ?1 AND cancel_requested = 1",
+                )
+                .map_err(q)?
+                .query_map([owner], |r| r.get(0))
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<JobId>>>()
+                .map_err(q)?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
+        self.read(move |conn| get_job(conn, id)).await
+    }
+
+    async fn list(
+        &self,
+        filter: &JobFilter,
+        limit: usize,
+        before: Option<JobId>,
+    ) -> StoreResult<Vec<Job>> {
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let mut p: Vec<Box<dyn ToSql + Send>> = Vec::new();
+            let mut sql = format!("SELECT {JOB_COLS} FROM onus_jobs WHERE 1 = 1");
+            sql.push_str(&filter_sql(&filter, &mut p));
+            if let Some(b) = before {
+                p.push(Box::new(b));
+                sql.push_str(&format!(" AND id < ?{}", p.len()));
+            }
+            p.push(Box::new(limit as i64));
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", p.len()));
+            let mut stmt = conn.prepare(&sql).map_err(q)?;
+            let rows = stmt
+                .query_map(refs(&p).as_slice(), job_from_row)
+                .map_err(q)?;
+            rows.collect::<rusqlite::Result<Vec<Job>>>().map_err(q)
+        })
+        .await
+    }
+
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<Vec<JobId>> {
+        let filter = filter.clone();
+        self.write(move |conn| {
+            let mut p: Vec<Box<dyn ToSql + Send>> = vec![Box::new(us(now))];
+            let sql = format!(
+                "UPDATE onus_jobs SET state = 'available', run_at = ?1, max_attempts = MAX(max_attempts, attempt + 1),
+                    finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                    cancel_requested = 0
+                 WHERE state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed'){}
+                 RETURNING id",
+                filter_sql(&filter, &mut p)
+            );
+            let mut stmt = conn.prepare(&sql).map_err(q)?;
+            let ids = stmt
+                .query_map(refs(&p).as_slice(), |r| r.get(0))
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<JobId>>>()
+                .map_err(|e| match e {
+                    rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+                        StoreError::Conflict(
+                            "another unfinished job of the same kind holds the unique key; finish or cancel it first"
+                                .into(),
+                        )
+                    }
+                    e => q(e),
+                })?;
+            if ids.is_empty() {
+                explain_refusal(conn, &filter, "retried (only discarded, cancelled, retryable, scheduled and snoozed jobs can)")?;
+            }
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome> {
+        let filter = filter.clone();
+        self.write(move |conn| {
+            let mut p: Vec<Box<dyn ToSql + Send>> = vec![Box::new(us(now)), Box::new(now.to_rfc3339())];
+            let cond = filter_sql(&filter, &mut p);
+            let sql = format!(
+                "UPDATE onus_jobs SET state = 'cancelled', finalized_at = ?1, errors = json_insert(errors, '$[#]',
+                    json_object('at', ?2, 'attempt', attempt, 'class', 'cancelled', 'message', 'cancelled by request'))
+                 WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond} RETURNING id"
+            );
+            let mut stmt = conn.prepare(&sql).map_err(q)?;
+            let cancelled = stmt
+                .query_map(refs(&p).as_slice(), |r| r.get(0))
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<JobId>>>()
+                .map_err(q)?;
+            let sql = format!(
+                "UPDATE onus_jobs SET cancel_requested = 1 WHERE state = 'running' AND cancel_requested = 0 {cond} RETURNING id"
+            );
+            let mut stmt = conn.prepare(&sql).map_err(q)?;
+            let requested = stmt
+                .query_map(refs(&p).as_slice(), |r| r.get(0))
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<JobId>>>()
+                .map_err(q)?;
+            if cancelled.is_empty() && requested.is_empty() {
+                explain_refusal(conn, &filter, "cancelled (it is already finished)")?;
+            }
+            Ok(CancelOutcome { cancelled, requested })
+        })
+        .await
+    }
+
+    async fn expired(
+        &self,
+        kinds: &[String],
+        now: Timestamp,
+        except_owner: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Job>> {
+        let kinds = serde_json::to_string(kinds).map_err(|e| StoreError::Query(e.to_string()))?;
+        let owner = except_owner.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {JOB_COLS} FROM onus_jobs WHERE state = 'running' AND lease_expires_at < ?1
+                     AND lease_owner != ?2 AND kind IN (SELECT value FROM json_each(?3))
+                     ORDER BY lease_expires_at LIMIT ?4"
+                ))
+                .map_err(q)?;
+            let rows = stmt.query_map(params![us(now), owner, kinds, limit as i64], job_from_row).map_err(q)?;
+            rows.collect::<rusqlite::Result<Vec<Job>>>().map_err(q)
+        })
+        .await
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        slots: u32,
+        job: &Job,
+        owner: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<LeaseDecision> {
+        let key = key.to_string();
+        let owner = owner.to_string();
+        let attempt = job.attempt;
+        let job = job.id;
+        self.write(move |conn| {
+            let held: Vec<(u32, JobId, i64)> = conn
+                .prepare_cached("SELECT slot, job_id, busy_until FROM onus_leases WHERE key = ?1")
+                .map_err(q)?
+                .query_map([&key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(q)?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(q)?;
+            let slot = held
+                .iter()
+                .find(|(_, j, _)| *j == job)
+                .map(|(s, _, _)| *s)
+                .or_else(|| {
+                    (0..slots.max(1)).find(|s| {
+                        held.iter().find(|(hs, _, _)| hs == s).is_none_or(|(_, _, busy)| *busy <= us(now))
+                    })
+                });
+            match slot {
+                Some(s) => {
+                    conn.prepare_cached(
+                        "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+                    )
+                    .map_err(q)?
+                    .execute(params![key, s, job, us(until)])
+                    .map_err(q)?;
+                    Ok(LeaseDecision::Acquired)
+                }
+                None => {
+                    let free_at = held.iter().map(|(_, _, b)| *b).min().unwrap_or(us(now)).max(us(now));
+                    let entry = HistoryEntry {
+                        at: now,
+                        attempt,
+                        class: EntryClass::Snooze,
+                        message: format!("lease key {key} busy ({} of {} slots held)", held.len(), slots.max(1)),
+                    };
+                    let snooze = Finish {
+                        id: job,
+                        owner,
+                        attempt,
+                        transition: Transition::Snooze { run_at: from_micros(free_at), entry },
+                        now,
+                        release_lease: None,
+                        periodic: None,
+                    };
+                    finish_one(conn, &snooze)?;
+                    Ok(LeaseDecision::Busy(from_micros(free_at)))
+                }
+            }
+        })
+        .await
+    }
+
+    async fn take_rate(
+        &self,
+        key: &str,
+        max: u32,
+        window: Duration,
+        now: Timestamp,
+    ) -> StoreResult<RateDecision> {
+        let key = key.to_string();
+        let w = (window.as_micros() as i64).max(1);
+        let start = us(now).div_euclid(w) * w;
+        self.write(move |conn| {
+            let used: Option<u32> = conn
+                .prepare_cached(
+                    "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES (?1, ?2, ?3, 1)
+                     ON CONFLICT (key, window_start) DO UPDATE SET used = used + 1 WHERE used < ?4
+                     RETURNING used",
+                )
+                .map_err(q)?
+                .query_row(params![key, start, start + w, max], |r| r.get(0))
+                .optional()
+                .map_err(q)?;
+            Ok(match used {
+                Some(u) if u <= max => RateDecision::Taken { left: max - u },
+                _ => RateDecision::Spent(from_micros(start + w)),
+            })
+        })
+        .await
+    }
+
+    async fn try_lead(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<bool> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.write(move |conn| {
+            let got: Option<String> = conn
+                .prepare_cached(
+                    "INSERT INTO onus_leader (name, holder, expires_at) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+                     WHERE onus_leader.holder = excluded.holder OR onus_leader.expires_at < ?4
+                     RETURNING holder",
+                )
+                .map_err(q)?
+                .query_row(params![name, holder, us(until), us(now)], |r| r.get(0))
+                .optional()
+                .map_err(q)?;
+            Ok(got.as_deref() == Some(holder.as_str()))
+        })
+        .await
+    }
+
+    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        self.write(move |conn| {
+            conn.execute(
+                "DELETE FROM onus_leader WHERE name = ?1 AND holder = ?2",
+                params![name, holder],
+            )
+            .map_err(q)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn upsert_periodic(
+        &self,
+        name: &str,
+        kind: &str,
+        schedule: &str,
+        next_run_at: Timestamp,
+    ) -> StoreResult<PeriodicRow> {
+        let (name, kind, schedule) = (name.to_string(), kind.to_string(), schedule.to_string());
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO onus_periodic (name, kind, schedule, next_run_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, schedule = excluded.schedule,
+                    next_run_at = excluded.next_run_at",
+            )
+            .map_err(q)?
+            .execute(params![name, kind, schedule, us(next_run_at)])
+            .map_err(q)?;
+            periodic_rows(conn, Some(&name))?.pop().ok_or_else(|| StoreError::Query("periodic row vanished".into()))
+        })
+        .await
+    }
+
+    async fn enqueue_period(
+        &self,
+        name: &str,
+        period: Timestamp,
+        next_run_at: Timestamp,
+        job: InsertRow,
+    ) -> StoreResult<Option<JobId>> {
+        let name = name.to_string();
+        self.write(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE onus_periodic SET last_period_at = ?2, next_run_at = ?3
+                     WHERE name = ?1 AND (last_period_at IS NULL OR last_period_at < ?2)",
+                )
+                .map_err(q)?
+                .execute(params![name, us(period), us(next_run_at)])
+                .map_err(q)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let ins = insert_one(conn, &job)?;
+            conn.prepare_cached("UPDATE onus_periodic SET last_job_id = ?2 WHERE name = ?1")
+                .map_err(q)?
+                .execute(params![name, ins.job.id])
+                .map_err(q)?;
+            Ok(Some(ins.job.id))
+        })
+        .await
+    }
+
+    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
+        self.read(|conn| periodic_rows(conn, None)).await
+    }
+
+    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
+        let completed_before = us(now) - retention.completed.as_micros() as i64;
+        let discarded_before = us(now) - retention.discarded.as_micros() as i64;
+        self.write(move |conn| {
+            let mut n = conn
+                .prepare_cached(
+                    "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
+                     WHERE state = 'completed' AND finalized_at IS NOT NULL AND finalized_at < ?1 LIMIT ?2)",
+                )
+                .map_err(q)?
+                .execute(params![completed_before, limit as i64])
+                .map_err(q)?;
+            for state in ["discarded", "cancelled"] {
+                n += conn
+                    .prepare_cached(
+                        "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
+                         WHERE state = ?3 AND finalized_at IS NOT NULL AND finalized_at < ?1 LIMIT ?2)",
+                    )
+                    .map_err(q)?
+                    .execute(params![discarded_before, limit as i64, state])
+                    .map_err(q)?;
+            }
+            conn.prepare_cached("DELETE FROM onus_rate_windows WHERE window_end < ?1")
+                .map_err(q)?
+                .execute([us(now)])
+                .map_err(q)?;
+            conn.prepare_cached("DELETE FROM onus_leases WHERE busy_until < ?1")
+                .map_err(q)?
+                .execute([us(now) - 3_600_000_000])
+                .map_err(q)?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
+                     WHERE ?1 OR acked_at IS NULL ORDER BY id DESC LIMIT ?2",
+                )
+                .map_err(q)?;
+            let rows = stmt
+                .query_map(params![include_acked, limit as i64], |r| {
+                    Ok(Alert {
+                        id: r.get(0)?,
+                        job_id: r.get(1)?,
+                        kind: r.get(2)?,
+                        message: r.get(3)?,
+                        created_at: from_micros(r.get(4)?),
+                        acked_at: ts(r.get(5)?),
+                    })
+                })
+                .map_err(q)?;
+            rows.collect::<rusqlite::Result<Vec<Alert>>>().map_err(q)
+        })
+        .await
+    }
+
+    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
+        self.write(move |conn| {
+            let n = conn
+                .execute(
+                    "UPDATE onus_alerts SET acked_at = COALESCE(acked_at, ?2) WHERE id = ?1",
+                    params![id, us(now)],
+                )
+                .map_err(q)?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
+    async fn counts(&self) -> StoreResult<Vec<CountRow>> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT state, kind, queue, COUNT(*) FROM onus_jobs GROUP BY state, kind, queue")
+                .map_err(q)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    let state: String = r.get(0)?;
+                    Ok((state, r.get(1)?, r.get(2)?, r.get::<_, i64>(3)?))
+                })
+                .map_err(q)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (state, kind, queue, count) = row.map_err(q)?;
+                let state = state.parse().map_err(StoreError::Query)?;
+                out.push(CountRow { state, kind, queue, count: count as u64 });
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn periodic_rows(conn: &Connection, name: Option<&str>) -> StoreResult<Vec<PeriodicRow>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT name, kind, schedule, last_period_at, last_job_id, last_run_at, last_state, last_failure_at,
+                    last_error, next_run_at
+             FROM onus_periodic WHERE ?1 IS NULL OR name = ?1 ORDER BY name",
+        )
+        .map_err(q)?;
+    let rows = stmt
+        .query_map([name], |r| {
+            Ok(PeriodicRow {
+                name: r.get(0)?,
+                kind: r.get(1)?,
+                schedule: r.get(2)?,
+                last_period_at: ts(r.get(3)?),
+                last_job_id: r.get(4)?,
+                last_run_at: ts(r.get(5)?),
+                last_state: r.get(6)?,
+                last_failure_at: ts(r.get(7)?),
+                last_error: r.get(8)?,
+                next_run_at: ts(r.get(9)?),
+            })
+        })
+        .map_err(q)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(q)
+}
