@@ -185,6 +185,13 @@ async fn execute(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&job.id);
+    // A handler that saw the cancellation and returned an error ends cancelled, whichever
+    // branch above noticed first; one that succeeded anyway stays completed.
+    let end = match end {
+        Some(AttemptEnd::Returned(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
+        Some(_) if cancel.is_cancelled() => Some(AttemptEnd::Cancelled),
+        other => other,
+    };
     let now = shared.clock.now();
     let transition = match end {
         Some(end) => {

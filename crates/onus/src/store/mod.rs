@@ -324,7 +324,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Gives leadership up.
     async fn resign(&self, name: &str, holder: &str) -> StoreResult<()>;
 
-    /// Records a periodic schedule (created if new; its schedule text and kind updated).
+    /// Records a periodic schedule: created if new; an unchanged schedule keeps its next run time,
+    /// a changed one takes `next_run_at`.
     async fn upsert_periodic(
         &self,
         name: &str,

@@ -924,7 +924,9 @@ impl Store for SqliteStore {
             conn.prepare_cached(
                 "INSERT INTO onus_periodic (name, kind, schedule, next_run_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, schedule = excluded.schedule,
-                    next_run_at = excluded.next_run_at",
+                    next_run_at = CASE WHEN onus_periodic.schedule = excluded.schedule
+                        AND onus_periodic.next_run_at IS NOT NULL
+                        THEN onus_periodic.next_run_at ELSE excluded.next_run_at END",
             )
             .map_err(q)?
             .execute(params![name, kind, schedule, us(next_run_at)])

@@ -1,0 +1,107 @@
+//! The conformance suite: every store and runtime behaviour, run against each backend from one
+//! source (the way River's shared driver tests work). A behaviour that differs between backends
+//! is a bug.
+
+#[path = "conformance/harness.rs"]
+mod harness;
+
+#[path = "conformance/jobs.rs"]
+mod jobs;
+#[path = "conformance/actions.rs"]
+mod actions;
+#[path = "conformance/limits.rs"]
+mod limits;
+#[path = "conformance/periodic.rs"]
+mod periodic;
+#[path = "conformance/timelines.rs"]
+mod timelines;
+#[path = "conformance/durability.rs"]
+mod durability;
+#[path = "conformance/state_machine.rs"]
+mod state_machine;
+
+macro_rules! conformance {
+    ($backend:ident => $variant:ident { $($module:ident: [$($test:ident),* $(,)?]),* $(,)? }) => {
+        mod $backend {
+            $(
+                mod $module {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $test() {
+                            let env = crate::harness::Env::new(crate::harness::Backend::$variant).await;
+                            crate::$module::$test(env).await;
+                        }
+                    )*
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! suite {
+    ($backend:ident => $variant:ident) => {
+        conformance!($backend => $variant {
+            jobs: [
+                insert_and_complete,
+                args_that_fail_to_decode_are_discarded_naming_the_field,
+                retryable_error_waits_out_the_backoff,
+                snooze_spends_no_attempt,
+                discard_is_permanent,
+                panic_counts_as_a_retryable_failure,
+                timeout_counts_as_a_retryable_failure,
+                unique_key_returns_the_unfinished_job,
+                scheduled_jobs_wait_and_priorities_order,
+                queues_have_their_own_concurrency,
+                batch_insert_is_all_or_nothing,
+                never_claims_unknown_kinds,
+                exhausted_jobs_raise_an_alert,
+            ],
+            actions: [
+                manual_retry_runs_now_with_one_more_attempt,
+                bulk_retry_acts_on_every_matching_job,
+                cancel_waiting_job_at_once,
+                cancel_running_job_signals_the_handler,
+                bulk_cancel_acts_on_every_matching_job,
+                retry_and_cancel_refuse_with_a_reason,
+            ],
+            limits: [
+                lease_key_runs_one_at_a_time,
+                lease_key_allows_n_slots,
+                rate_window_snoozes_to_the_next_window,
+                rate_window_drops_on_purpose,
+            ],
+            periodic: [
+                interval_enqueues_once_per_period_across_restarts,
+                cron_schedule_enqueues_at_its_time,
+                periodic_failure_waits_for_the_next_period,
+            ],
+            timelines: [
+                webhook_preset_full_timeline,
+                mail_preset_full_timeline,
+                default_preset_full_timeline,
+            ],
+            durability: [
+                rescuer_turns_expired_leases_into_failed_attempts,
+                rescuer_ignores_unknown_kinds,
+                graceful_shutdown_returns_jobs_unspent,
+                sigkill_loses_no_job,
+                many_workers_complete_each_job_exactly_once,
+                retention_prunes_finished_jobs,
+            ],
+            state_machine: [
+                state_machine_invariants,
+            ],
+        });
+    };
+}
+
+suite!(sqlite => Sqlite);
+
+/// Not a test of its own: the child process of `durability::sigkill_loses_no_job` (the test binary
+/// runs itself with `ONUS_CHILD_URL` set). Without that variable it returns at once.
+#[test]
+fn child_worker_process() {
+    if let Ok(url) = std::env::var("ONUS_CHILD_URL") {
+        durability::child_worker_main(&url);
+    }
+}

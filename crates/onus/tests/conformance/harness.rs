@@ -1,0 +1,120 @@
+//! The conformance harness: every test runs against each storage backend from one source.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onus::{Builder, Job, JobFilter, JobId, JobState, ManualClock, Onus, Options, Store};
+
+/// A storage backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+}
+
+/// One test's world: a fresh database, a manual clock, fast maintenance intervals.
+pub struct Env {
+    #[allow(dead_code)]
+    pub backend: Backend,
+    pub url: String,
+    pub store: Arc<dyn Store>,
+    pub clock: ManualClock,
+    _dir: tempfile::TempDir,
+}
+
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+impl Env {
+    pub async fn new(backend: Backend) -> Env {
+        let _ = tracing_subscriber::fmt().with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ONUS_TEST_LOG").unwrap_or_else(|_| "off".into()),
+        ).with_test_writer().try_init();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = match backend {
+            Backend::Sqlite => format!("sqlite://{}", dir.path().join("onus.db").display()),
+        };
+        let store = onus::open(&url).await.expect("open store");
+        let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().expect("time"));
+        Env { backend, url, store, clock, _dir: dir }
+    }
+
+    /// A second, independent connection to the same database (as another process would have).
+    pub async fn reopen(&self) -> Arc<dyn Store> {
+        onus::open(&self.url).await.expect("reopen store")
+    }
+
+    /// A runtime builder on this env's store and clock, with fast intervals.
+    pub fn builder(&self) -> Builder {
+        Onus::builder(self.store.clone()).clock(self.clock.clone()).options(fast_options())
+    }
+
+    /// A client with no kinds registered (default policies).
+    pub fn client(&self) -> onus::Client {
+        self.builder().build().expect("build").client()
+    }
+
+    pub async fn job(&self, id: JobId) -> Job {
+        self.store.get(id).await.expect("get").expect("job exists")
+    }
+
+    /// Waits until job `id` satisfies `f`, failing the test after the deadline.
+    pub async fn wait_job(&self, id: JobId, what: &str, f: impl Fn(&Job) -> bool) -> Job {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let j = self.job(id).await;
+            if f(&j) {
+                return j;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} never reached: {what}; it is {} attempt {}/{} errors {:?}",
+                j.state,
+                j.attempt,
+                j.max_attempts,
+                j.errors
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    pub async fn wait_state(&self, id: JobId, state: JobState) -> Job {
+        self.wait_job(id, &format!("state {state}"), |j| j.state == state).await
+    }
+
+    pub async fn count(&self, state: JobState) -> usize {
+        let f = JobFilter { states: vec![state], ..Default::default() };
+        self.store.list(&f, 1_000_000, None).await.expect("list").len()
+    }
+}
+
+pub fn fast_options() -> Options {
+    Options {
+        poll_interval: Duration::from_millis(100),
+        heartbeat_interval: Duration::from_millis(100),
+        rescue_interval: Duration::from_millis(100),
+        maintenance_interval: Duration::from_millis(50),
+        prune_interval: Duration::from_millis(100),
+        cancel_grace: Duration::from_secs(2),
+        ..Options::default()
+    }
+}
+
+/// Waits until `f` returns true, failing the test with `what` after the deadline.
+pub async fn wait_until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+impl Env {
+    pub fn clock_now(&self) -> onus::Timestamp {
+        use onus::Clock;
+        self.clock.now()
+    }
+}

@@ -1,0 +1,358 @@
+//! Inserting, running and classifying jobs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use onus::{
+    Backoff, DiscardReason, EntryClass, JobContext, JobError, JobState, Kind, NewJob, Policy,
+};
+use serde_json::json;
+
+use crate::harness::{wait_until, Env};
+
+fn policy(max: u32) -> Policy {
+    Policy { max_attempts: max, ..Policy::preset_default() }
+}
+
+pub async fn insert_and_complete(env: Env) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let onus = env
+        .builder()
+        .kind(Kind::new("greet").handler(move |ctx: JobContext| {
+            let c = c.clone();
+            async move {
+                assert_eq!(ctx.job().args["name"], "Ada");
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let ins = client.insert(NewJob::new("greet", json!({"name": "Ada"}))).await.unwrap();
+    assert!(ins.inserted);
+    assert_eq!(ins.job.state, JobState::Available);
+    assert_eq!(ins.job.max_attempts, 10);
+    assert_eq!(ins.job.queue, "default");
+    let running = onus.start();
+    let job = env.wait_state(ins.job.id, JobState::Completed).await;
+    assert_eq!(job.attempt, 1);
+    assert_eq!(job.finalized_at, Some(env.clock_now()));
+    assert!(job.errors.is_empty());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Greet {
+    name: String,
+    count: u32,
+}
+
+pub async fn args_that_fail_to_decode_are_discarded_naming_the_field(env: Env) {
+    let onus = env
+        .builder()
+        .kind(Kind::new("greet").typed(|_ctx: JobContext, _a: Greet| async move { Ok(()) }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let bad = client.insert(NewJob::new("greet", json!({"name": "x", "count": "many"}))).await.unwrap().job;
+    let missing = client.insert(NewJob::new("greet", json!({"count": 2}))).await.unwrap().job;
+    let good = client.insert(NewJob::new("greet", json!({"name": "x", "count": 2}))).await.unwrap().job;
+    let running = onus.start();
+    let bad = env.wait_state(bad.id, JobState::Discarded).await;
+    assert_eq!(bad.discard_reason, Some(DiscardReason::Permanent));
+    assert_eq!(bad.errors.len(), 1);
+    assert!(bad.errors[0].message.contains("count"), "{}", bad.errors[0].message);
+    let missing = env.wait_state(missing.id, JobState::Discarded).await;
+    assert!(missing.errors[0].message.contains("name"), "{}", missing.errors[0].message);
+    env.wait_state(good.id, JobState::Completed).await;
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn retryable_error_waits_out_the_backoff(env: Env) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let onus = env
+        .builder()
+        .kind(Kind::new("flaky").policy(policy(5)).handler(move |_ctx: JobContext| {
+            let n = c.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    Err(std::io::Error::other("connection reset"))?;
+                }
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let id = onus.client().insert(NewJob::new("flaky", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    let failed = env.wait_state(id, JobState::Retryable).await;
+    assert_eq!(failed.attempt, 1);
+    assert_eq!(failed.errors.len(), 1);
+    assert_eq!(failed.errors[0].class, EntryClass::Error);
+    assert!(failed.errors[0].message.contains("connection reset"));
+    let delay = (failed.run_at - env.clock_now()).to_std().unwrap();
+    assert!(delay >= Duration::from_millis(900) && delay <= Duration::from_millis(1100), "delay {delay:?}");
+    // Nothing runs before the backoff is over.
+    env.clock.advance(Duration::from_millis(850));
+    assert_eq!(env.job(id).await.state, JobState::Retryable);
+    env.clock.advance_to(failed.run_at);
+    let done = env.wait_state(id, JobState::Completed).await;
+    assert_eq!(done.attempt, 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn snooze_spends_no_attempt(env: Env) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let onus = env
+        .builder()
+        .kind(Kind::new("waits").policy(policy(1)).handler(move |_ctx: JobContext| {
+            let n = c.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 2 {
+                    return Err(JobError::snooze_for(Duration::from_secs(30), "not yet"));
+                }
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let id = onus.client().insert(NewJob::new("waits", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    for round in 1..=2u32 {
+        let j = env.wait_job(id, "snoozed again", |j| j.state == JobState::Snoozed && j.snoozes == round).await;
+        assert_eq!(j.attempt, 0, "a snooze spends no attempt");
+        assert_eq!(j.errors.last().unwrap().class, EntryClass::Snooze);
+        assert_eq!(j.errors.last().unwrap().message, "not yet");
+        assert_eq!(j.run_at, env.clock_now() + chrono::TimeDelta::seconds(30));
+        env.clock.advance(Duration::from_secs(30));
+    }
+    // max_attempts is 1, yet two snoozes later the one real attempt still runs.
+    let done = env.wait_state(id, JobState::Completed).await;
+    assert_eq!(done.attempt, 1);
+    assert_eq!(done.snoozes, 2);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn discard_is_permanent(env: Env) {
+    let onus = env
+        .builder()
+        .kind(Kind::new("bad").handler(|_ctx: JobContext| async move { Err(JobError::discard("404 not found")) }))
+        .build()
+        .unwrap();
+    let id = onus.client().insert(NewJob::new("bad", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    let j = env.wait_state(id, JobState::Discarded).await;
+    assert_eq!(j.discard_reason, Some(DiscardReason::Permanent));
+    assert_eq!(j.attempt, 1);
+    assert_eq!(j.errors[0].class, EntryClass::Discard);
+    assert!(env.store.alerts(true, 10).await.unwrap().is_empty(), "a permanent failure raises no alert");
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn panic_counts_as_a_retryable_failure(env: Env) {
+    let onus = env
+        .builder()
+        .kind(Kind::new("boom").policy(policy(3)).handler(|_ctx: JobContext| async move {
+            if true {
+                panic!("index out of bounds");
+            }
+            Ok(())
+        }))
+        .build()
+        .unwrap();
+    let id = onus.client().insert(NewJob::new("boom", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    let j = env.wait_state(id, JobState::Retryable).await;
+    assert_eq!(j.attempt, 1);
+    assert_eq!(j.errors[0].class, EntryClass::Panic);
+    assert!(j.errors[0].message.contains("index out of bounds"));
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn timeout_counts_as_a_retryable_failure(env: Env) {
+    let p = Policy { timeout: Duration::from_millis(50), ..policy(3) };
+    let onus = env
+        .builder()
+        .kind(Kind::new("slow").policy(p).handler(|_ctx: JobContext| async move {
+            std::future::pending::<()>().await;
+            Ok(())
+        }))
+        .build()
+        .unwrap();
+    let id = onus.client().insert(NewJob::new("slow", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    let j = env.wait_state(id, JobState::Retryable).await;
+    assert_eq!(j.errors[0].class, EntryClass::Timeout);
+    assert!(j.errors[0].message.contains("50ms"), "{}", j.errors[0].message);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn unique_key_returns_the_unfinished_job(env: Env) {
+    let onus = env.builder().kind(Kind::new("idx").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let client = onus.client();
+    let a = client.insert(NewJob::new("idx", json!({"v": 1})).unique_key("doc-1")).await.unwrap();
+    let b = client.insert(NewJob::new("idx", json!({"v": 2})).unique_key("doc-1")).await.unwrap();
+    assert!(a.inserted && !b.inserted);
+    assert_eq!(a.job.id, b.job.id);
+    assert_eq!(b.job.args["v"], 1);
+    // Another kind may use the same key.
+    let other = client.insert(NewJob::new("idx2", json!({})).unique_key("doc-1")).await.unwrap();
+    assert!(other.inserted);
+    // A batch holding a duplicate of itself inserts once.
+    let batch = client
+        .insert_many(vec![
+            NewJob::new("idx", json!({})).unique_key("doc-2"),
+            NewJob::new("idx", json!({})).unique_key("doc-2"),
+        ])
+        .await
+        .unwrap();
+    assert!(batch[0].inserted && !batch[1].inserted);
+    assert_eq!(batch[0].job.id, batch[1].job.id);
+    let running = onus.start();
+    env.wait_state(a.job.id, JobState::Completed).await;
+    // Once finished, the key is free again.
+    let c = client.insert(NewJob::new("idx", json!({})).unique_key("doc-1")).await.unwrap();
+    assert!(c.inserted);
+    assert_ne!(c.job.id, a.job.id);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn scheduled_jobs_wait_and_priorities_order(env: Env) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let o = order.clone();
+    let onus = env
+        .builder()
+        .queue("default", 1)
+        .kind(Kind::new("p").handler(move |ctx: JobContext| {
+            o.lock().unwrap().push(ctx.job().args["n"].as_i64().unwrap());
+            async { Ok(()) }
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let later = client.insert(NewJob::new("p", json!({"n": 0})).run_after(Duration::from_secs(3600))).await.unwrap();
+    assert_eq!(later.job.state, JobState::Scheduled);
+    let mut ids = Vec::new();
+    for (n, prio) in [(3, 3), (1, 1), (2, 2), (4, 3)] {
+        ids.push(client.insert(NewJob::new("p", json!({"n": n})).priority(prio)).await.unwrap().job.id);
+    }
+    let running = onus.start();
+    for id in ids {
+        env.wait_state(id, JobState::Completed).await;
+    }
+    assert_eq!(*order.lock().unwrap(), vec![1, 2, 3, 4]);
+    assert_eq!(env.job(later.job.id).await.state, JobState::Scheduled);
+    env.clock.advance(Duration::from_secs(3600));
+    env.wait_state(later.job.id, JobState::Completed).await;
+    assert_eq!(*order.lock().unwrap(), vec![1, 2, 3, 4, 0]);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn queues_have_their_own_concurrency(env: Env) {
+    struct Gauge {
+        now: AtomicUsize,
+        max: AtomicUsize,
+    }
+    let gauges: Arc<Vec<Gauge>> =
+        Arc::new((0..2).map(|_| Gauge { now: AtomicUsize::new(0), max: AtomicUsize::new(0) }).collect());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (g, gt) = (gauges.clone(), gate.clone());
+    let onus = env
+        .builder()
+        .queue("a", 2)
+        .queue("b", 1)
+        .kind(Kind::new("w").handler(move |ctx: JobContext| {
+            let (g, gt) = (g.clone(), gt.clone());
+            async move {
+                let q = if ctx.job().queue == "a" { 0 } else { 1 };
+                let now = g[q].now.fetch_add(1, Ordering::SeqCst) + 1;
+                g[q].max.fetch_max(now, Ordering::SeqCst);
+                gt.acquire().await.unwrap().forget();
+                g[q].now.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        let q = if i < 6 { "a" } else { "b" };
+        ids.push(client.insert(NewJob::new("w", json!({})).queue(q)).await.unwrap().job.id);
+    }
+    let running = onus.start();
+    let (gg, e) = (gauges.clone(), &env);
+    wait_until("both queues full", || {
+        let gg = gg.clone();
+        async move { gg[0].now.load(Ordering::SeqCst) == 2 && gg[1].now.load(Ordering::SeqCst) == 1 }
+    })
+    .await;
+    assert_eq!(e.count(JobState::Running).await, 3);
+    gate.add_permits(9);
+    for id in ids {
+        env.wait_state(id, JobState::Completed).await;
+    }
+    assert_eq!(gauges[0].max.load(Ordering::SeqCst), 2);
+    assert_eq!(gauges[1].max.load(Ordering::SeqCst), 1);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn batch_insert_is_all_or_nothing(env: Env) {
+    let client = env.client();
+    let err = client
+        .insert_many(vec![NewJob::new("ok", json!({})), NewJob::new("", json!({}))])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("kind must not be empty"), "{err}");
+    assert_eq!(env.count(JobState::Available).await, 0);
+    let rows = client.insert_many((0..500).map(|i| NewJob::new("ok", json!({"i": i}))).collect()).await.unwrap();
+    assert_eq!(rows.len(), 500);
+    assert!(rows.windows(2).all(|w| w[0].job.id < w[1].job.id), "ids follow insertion order");
+    assert_eq!(env.count(JobState::Available).await, 500);
+}
+
+pub async fn never_claims_unknown_kinds(env: Env) {
+    let onus = env.builder().kind(Kind::new("known").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let client = onus.client();
+    let unknown = client.insert(NewJob::new("unknown", json!({}))).await.unwrap().job.id;
+    let known = client.insert(NewJob::new("known", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    env.wait_state(known, JobState::Completed).await;
+    env.clock.advance(Duration::from_secs(3600));
+    let k2 = client.insert(NewJob::new("known", json!({}))).await.unwrap().job.id;
+    env.wait_state(k2, JobState::Completed).await;
+    let u = env.job(unknown).await;
+    assert_eq!((u.state, u.attempt), (JobState::Available, 0));
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn exhausted_jobs_raise_an_alert(env: Env) {
+    let p = Policy { max_attempts: 2, backoff: Backoff::none(), ..Policy::preset_default() };
+    let onus = env
+        .builder()
+        .kind(Kind::new("doomed").policy(p).handler(|_c: JobContext| async {
+            Err(JobError::retryable("upstream down"))
+        }))
+        .build()
+        .unwrap();
+    let id = onus.client().insert(NewJob::new("doomed", json!({}))).await.unwrap().job.id;
+    let running = onus.start();
+    let j = env.wait_state(id, JobState::Discarded).await;
+    assert_eq!(j.discard_reason, Some(DiscardReason::Exhausted));
+    assert_eq!((j.attempt, j.errors.len()), (2, 2));
+    let alerts = env.store.alerts(false, 10).await.unwrap();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!((alerts[0].job_id, alerts[0].kind.as_str()), (id, "doomed"));
+    assert!(alerts[0].message.contains("upstream down"));
+    assert!(env.store.ack_alert(alerts[0].id, env.clock_now()).await.unwrap());
+    assert!(env.store.alerts(false, 10).await.unwrap().is_empty());
+    assert_eq!(env.store.alerts(true, 10).await.unwrap().len(), 1);
+    running.shutdown(Duration::from_secs(5)).await;
+}
