@@ -401,8 +401,9 @@ impl fmt::Display for Timeline {
         }
         write!(
             f,
-            "total span: {} ({:.2} h, {:.2} days); each wait +/-{:.0}% jitter",
+            "total span: {} = {} s = {:.2} h = {:.2} days (nominal; each wait +/-{:.0}% jitter)",
             human(self.span()),
+            self.span().as_secs(),
             self.span().as_secs_f64() / 3600.0,
             self.span().as_secs_f64() / 86400.0,
             self.jitter * 100.0

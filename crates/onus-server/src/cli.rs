@@ -1,0 +1,314 @@
+//! Command-line parsing and the `jobs` and `policy` commands.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use onus::{Job, JobFilter, JobId, JobState, Policy};
+
+use crate::config::{self, FileConfig};
+
+/// Onus: a durable job layer where retry has exactly one owner.
+#[derive(Debug, Parser)]
+#[command(name = "onus", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Configuration file (default: onus.toml in the working directory, if present).
+    #[arg(long, env = "ONUS_CONFIG", global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Database URL: sqlite://path/to/onus.db (default sqlite://onus.db) or postgres://...
+    #[arg(long, env = "ONUS_DATABASE_URL", global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the workers and the HTTP server (GET /healthz) until SIGINT or SIGTERM.
+    Serve {
+        /// Address to listen on (default 127.0.0.1:8080).
+        #[arg(long, env = "ONUS_LISTEN", value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// List, show, retry and cancel jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// Show retry policies and the schedule each implies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, newest first.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Most jobs to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Show jobs with ids below this one (the next page).
+        #[arg(long)]
+        before: Option<JobId>,
+        /// Print JSON, one job per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one job with its whole history.
+    Show {
+        /// The job's id.
+        id: JobId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run discarded, cancelled or retryable jobs again now (one more attempt each): by id, or
+    /// every job matching a filter.
+    Retry(ActionArgs),
+    /// Cancel jobs: waiting ones at once, running ones by a signal to their handler.
+    Cancel(ActionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    /// Only jobs in these states (repeat or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub state: Vec<JobState>,
+    /// Only jobs of these kinds.
+    #[arg(long, value_delimiter = ',')]
+    pub kind: Vec<String>,
+    /// Only jobs in these queues.
+    #[arg(long, value_delimiter = ',')]
+    pub queue: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ActionArgs {
+    /// Job ids.
+    pub ids: Vec<JobId>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Act on every job (no filter at all).
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Print a kind's (or a preset's) policy and the timeline it implies.
+    Show {
+        /// A kind named in the configuration, or a preset: default, mail, webhook, periodic.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl FilterArgs {
+    fn to_filter(&self, ids: Vec<JobId>) -> JobFilter {
+        JobFilter { ids, states: self.state.clone(), kinds: self.kind.clone(), queues: self.queue.clone() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.state.is_empty() && self.kind.is_empty() && self.queue.is_empty()
+    }
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<(), String> {
+    let (file, path) = config::load(cli.config.as_deref()).map_err(|e| e.to_string())?;
+    let url = cli
+        .database_url
+        .clone()
+        .or_else(|| file.database_url.clone())
+        .unwrap_or_else(|| config::DEFAULT_DATABASE_URL.to_string());
+    match cli.command {
+        Command::Serve { listen } => {
+            let listen = listen.or_else(|| file.listen.clone()).unwrap_or_else(|| config::DEFAULT_LISTEN.into());
+            crate::serve::serve(file, path, url, listen).await
+        }
+        Command::Policy(PolicyCommand::Show { name, json }) => {
+            let (policy, origin) = policy_named(&file, &name)?;
+            if json {
+                let v = serde_json::json!({
+                    "name": name, "origin": origin, "policy": policy, "timeline": policy.timeline(),
+                    "span_seconds": policy.timeline().span().as_secs_f64(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", describe_policy(&name, &origin, &policy));
+            }
+            Ok(())
+        }
+        Command::Jobs(cmd) => {
+            let store = onus::open(&url).await.map_err(|e| e.to_string())?;
+            let client = onus::Onus::builder(store).build().map_err(|e| e.to_string())?.client();
+            jobs(client, cmd).await
+        }
+    }
+}
+
+/// The policy a kind runs under: its built-in base, with configuration overrides on top.
+pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), String> {
+    if let Some(k) = file.kinds.get(name) {
+        let (base, origin) = builtin(name).unwrap_or((Policy::preset_default(), "the default preset"));
+        let p = match &k.policy {
+            Some(o) => base.with_overrides(o).map_err(|e| format!("[kinds.\"{name}\".policy]: {e}"))?,
+            None => base,
+        };
+        return Ok((p, format!("kind {name}: {origin}, with configuration overrides")));
+    }
+    if let Some((p, origin)) = builtin(name) {
+        return Ok((p, format!("kind {name}: {origin}")));
+    }
+    if let Some(p) = Policy::preset(name) {
+        return Ok((p, format!("preset {name}")));
+    }
+    let mut known: Vec<String> = onus::policy::PRESETS.iter().map(|s| s.to_string()).collect();
+    known.extend(file.kinds.keys().cloned());
+    Err(format!("no kind or preset named {name:?}; known: {}", known.join(", ")))
+}
+
+fn builtin(kind: &str) -> Option<(Policy, &'static str)> {
+    match kind {
+        "webhook.deliver" => Some((Policy::preset_webhook(), "the webhook preset")),
+        "webhook.fanout" | "http.request" => Some((Policy::preset_default(), "the default preset")),
+        _ => None,
+    }
+}
+
+fn describe_policy(name: &str, origin: &str, p: &Policy) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "policy {name} ({origin})");
+    let _ = writeln!(s, "  max attempts:     {}", p.max_attempts);
+    let _ = writeln!(s, "  backoff:          {}", p.backoff);
+    let _ = writeln!(s, "  jitter:           +/-{:.0}% on every wait", p.jitter * 100.0);
+    let _ = writeln!(s, "  timeout:          {} per attempt", onus::policy::human(p.timeout));
+    let after = if p.alert_on_exhaustion { "discarded (exhausted) + alert" } else { "discarded (exhausted)" };
+    let _ = writeln!(s, "  after exhaustion: {after}");
+    let _ = writeln!(s);
+    let _ = writeln!(s, "{}", p.timeline());
+    s
+}
+
+async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
+    match cmd {
+        JobsCommand::List { filter, limit, before, json } => {
+            let jobs = client.list(&filter.to_filter(Vec::new()), limit, before).await.map_err(|e| e.to_string())?;
+            if json {
+                for j in &jobs {
+                    println!("{}", serde_json::to_string(j).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", table(&jobs));
+                if jobs.len() == limit {
+                    if let Some(last) = jobs.last() {
+                        eprintln!("(more: --before {})", last.id);
+                    }
+                }
+            }
+            Ok(())
+        }
+        JobsCommand::Show { id, json } => {
+            let job = client.get(id).await.map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&job).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", show(&job));
+            }
+            Ok(())
+        }
+        JobsCommand::Retry(a) => {
+            let f = action_filter(a)?;
+            let ids = client.retry_where(&f).await.map_err(|e| e.to_string())?;
+            println!("retried {} job(s){}", ids.len(), id_list(&ids));
+            Ok(())
+        }
+        JobsCommand::Cancel(a) => {
+            let f = action_filter(a)?;
+            let out = client.cancel_where(&f).await.map_err(|e| e.to_string())?;
+            println!("cancelled {} waiting job(s){}", out.cancelled.len(), id_list(&out.cancelled));
+            if !out.requested.is_empty() {
+                println!(
+                    "asked {} running job(s) to stop; they end cancelled when their handler returns{}",
+                    out.requested.len(),
+                    id_list(&out.requested)
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn action_filter(a: ActionArgs) -> Result<JobFilter, String> {
+    if a.ids.is_empty() && a.filter.is_empty() && !a.all {
+        return Err("name job ids, or a filter (--state, --kind, --queue), or --all for every job".into());
+    }
+    Ok(a.filter.to_filter(a.ids))
+}
+
+fn id_list(ids: &[JobId]) -> String {
+    if ids.is_empty() || ids.len() > 20 {
+        return String::new();
+    }
+    let v: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    format!(": {}", v.join(" "))
+}
+
+fn ts(t: Option<onus::Timestamp>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn table(jobs: &[Job]) -> String {
+    let mut s = format!("{:>8}  {:<10}  {:<24}  {:<10}  {:>7}  {:<23}  {}\n", "ID", "STATE", "KIND", "QUEUE", "ATTEMPT", "RUN AT", "LAST ERROR");
+    for j in jobs {
+        let last = j.errors.last().map(|e| e.message.chars().take(60).collect::<String>()).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{:>8}  {:<10}  {:<24}  {:<10}  {:>7}  {:<23}  {}",
+            j.id,
+            j.state.as_str(),
+            j.kind,
+            j.queue,
+            format!("{}/{}", j.attempt, j.max_attempts),
+            ts(Some(j.run_at)),
+            last
+        );
+    }
+    s
+}
+
+fn show(j: &Job) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "job {}", j.id);
+    let _ = writeln!(s, "  kind:           {}", j.kind);
+    let _ = writeln!(s, "  queue:          {}", j.queue);
+    let _ = writeln!(s, "  state:          {}", j.state);
+    if let Some(r) = j.discard_reason {
+        let _ = writeln!(s, "  discard reason: {}", r.as_str());
+    }
+    let _ = writeln!(s, "  attempt:        {}/{}", j.attempt, j.max_attempts);
+    let _ = writeln!(s, "  snoozes:        {}", j.snoozes);
+    let _ = writeln!(s, "  priority:       {}", j.priority);
+    let _ = writeln!(s, "  run at:         {}", ts(Some(j.run_at)));
+    let _ = writeln!(s, "  created at:     {}", ts(Some(j.created_at)));
+    let _ = writeln!(s, "  attempted at:   {}", ts(j.attempted_at));
+    let _ = writeln!(s, "  finalized at:   {}", ts(j.finalized_at));
+    if let Some(k) = &j.unique_key {
+        let _ = writeln!(s, "  unique key:     {k}");
+    }
+    if let Some(k) = &j.lease_key {
+        let _ = writeln!(s, "  lease key:      {k}");
+    }
+    if let Some(o) = &j.lease_owner {
+        let _ = writeln!(s, "  leased to:      {o} until {}", ts(j.lease_expires_at));
+    }
+    let _ = writeln!(s, "  args:           {}", j.args);
+    let _ = writeln!(s, "  history:        {}", if j.errors.is_empty() { "(none)" } else { "" });
+    for e in &j.errors {
+        let class = serde_json::to_value(e.class).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let _ = writeln!(s, "    {}  attempt {}  {:<11}  {}", ts(Some(e.at)), e.attempt, class, e.message);
+    }
+    s
+}

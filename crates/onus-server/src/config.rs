@@ -1,0 +1,179 @@
+//! Configuration: `onus.toml` (or the file `ONUS_CONFIG` names), then `ONUS_*` environment
+//! variables and command-line flags on top.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The default database: a SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://onus.db";
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// The whole configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `sqlite://path` or `postgres://...`.
+    pub database_url: Option<String>,
+    /// Address the HTTP server listens on.
+    pub listen: Option<String>,
+    /// Bearer token for the API.
+    pub api_token: Option<String>,
+    /// Queue name to concurrency in this process.
+    #[serde(default)]
+    pub queues: BTreeMap<String, usize>,
+    /// Per-kind settings.
+    #[serde(default)]
+    pub kinds: BTreeMap<String, KindConfig>,
+    /// How long finished jobs are kept.
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    /// Webhook delivery settings (read by the webhook component).
+    #[serde(default)]
+    pub webhooks: Option<toml::Table>,
+    /// SMTP settings (read by the mail component).
+    #[serde(default)]
+    pub mail: Option<toml::Table>,
+}
+
+/// `[kinds."<kind>"]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindConfig {
+    /// Policy overrides.
+    #[serde(default)]
+    pub policy: Option<onus::PolicyOverride>,
+    /// The URL jobs of this kind are POSTed to (HTTP-handled kinds).
+    pub url: Option<String>,
+    /// The queue jobs of this kind go to by default.
+    pub queue: Option<String>,
+}
+
+/// `[retention]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Completed jobs are kept this long (`"1d"`).
+    pub completed: Option<String>,
+    /// Discarded and cancelled jobs are kept this long (`"7d"`).
+    pub discarded: Option<String>,
+}
+
+/// A configuration problem, with what to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Reads the configuration file: `explicit` if given (it must exist), else `onus.toml` in the
+/// working directory if there is one, else nothing.
+pub fn load(explicit: Option<&Path>) -> Result<(FileConfig, Option<PathBuf>), ConfigError> {
+    let path = match explicit {
+        Some(p) => {
+            if !p.is_file() {
+                return Err(ConfigError(format!(
+                    "configuration file {} does not exist; fix ONUS_CONFIG / --config or create the file",
+                    p.display()
+                )));
+            }
+            p.to_path_buf()
+        }
+        None => {
+            let p = PathBuf::from("onus.toml");
+            if !p.is_file() {
+                return Ok((FileConfig::default(), None));
+            }
+            p
+        }
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError(format!("cannot read configuration file {}: {e}", path.display())))?;
+    let cfg = parse(&text).map_err(|e| ConfigError(format!("in {}: {}", path.display(), e.0)))?;
+    Ok((cfg, Some(path)))
+}
+
+/// Parses and checks a configuration text.
+pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
+    let cfg: FileConfig = toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim().to_string()))?;
+    for (q, n) in &cfg.queues {
+        if *n == 0 {
+            return Err(ConfigError(format!("[queues] {q} = 0: a queue needs a concurrency of at least 1")));
+        }
+    }
+    for (name, k) in &cfg.kinds {
+        if let Some(o) = &k.policy {
+            onus::Policy::preset_default()
+                .with_overrides(o)
+                .map_err(|e| ConfigError(format!("[kinds.\"{name}\".policy]: {e}")))?;
+        }
+    }
+    cfg.retention.durations()?;
+    Ok(cfg)
+}
+
+impl RetentionConfig {
+    /// The retention as durations, defaults filled in.
+    pub fn durations(&self) -> Result<onus::store::Retention, ConfigError> {
+        let mut r = onus::store::Retention::default();
+        let parse = |what: &str, v: &str| -> Result<Duration, ConfigError> {
+            humantime::parse_duration(v).map_err(|e| {
+                ConfigError(format!("[retention] {what} = {v:?} is not a duration ({e}); write it like \"1d\" or \"12h\""))
+            })
+        };
+        if let Some(v) = &self.completed {
+            r.completed = parse("completed", v)?;
+        }
+        if let Some(v) = &self.discarded {
+            r.discarded = parse("discarded", v)?;
+        }
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_shapes() {
+        let cfg = parse(
+            r#"
+            database_url = "sqlite://data/onus.db"
+            listen = "127.0.0.1:9000"
+            [queues]
+            default = 20
+            [kinds."search.index".policy]
+            max_attempts = 5
+            backoff = { initial = "1s", factor = 2, cap = "15m" }
+            [kinds."webhook.deliver".policy]
+            backoff = { schedule = ["5s", "5m"] }
+            jitter = 0.2
+            timeout = "10s"
+            [kinds."report.build"]
+            url = "http://127.0.0.1:3000/jobs"
+            [retention]
+            completed = "12h"
+            [webhooks]
+            cooldown = "5m"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.queues["default"], 20);
+        assert_eq!(cfg.kinds["search.index"].policy.as_ref().unwrap().max_attempts, Some(5));
+        assert_eq!(cfg.retention.durations().unwrap().completed, Duration::from_secs(12 * 3600));
+    }
+
+    #[test]
+    fn bad_input_says_what_to_fix() {
+        let e = parse("[kinds.\"x\".policy]\njitter = 3.0").unwrap_err();
+        assert!(e.0.contains("jitter"), "{e}");
+        let e = parse("[kinds.\"x\".policy]\ntimeout = \"soon\"").unwrap_err();
+        assert!(e.0.contains("not a duration"), "{e}");
+        let e = parse("databse_url = \"x\"").unwrap_err();
+        assert!(e.0.contains("databse_url"), "{e}");
+        let e = parse("[queues]\ndefault = 0").unwrap_err();
+        assert!(e.0.contains("at least 1"), "{e}");
+    }
+}

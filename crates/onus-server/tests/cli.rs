@@ -1,0 +1,213 @@
+//! The `onus` binary, run as a user would: help, policies, job commands, and `serve`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use onus::{JobState, NewJob};
+use serde_json::json;
+
+fn onus(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onus"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("ONUS_DATABASE_URL")
+        .env_remove("ONUS_CONFIG")
+        .env_remove("ONUS_LISTEN")
+        .output()
+        .expect("run onus")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn every_command_has_help() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in [
+        vec!["--help"],
+        vec!["serve", "--help"],
+        vec!["jobs", "--help"],
+        vec!["jobs", "list", "--help"],
+        vec!["jobs", "show", "--help"],
+        vec!["jobs", "retry", "--help"],
+        vec!["jobs", "cancel", "--help"],
+        vec!["policy", "--help"],
+        vec!["policy", "show", "--help"],
+    ] {
+        let o = onus(dir.path(), &cmd);
+        assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
+        assert!(stdout(&o).contains("Usage: onus"), "{cmd:?}: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn policy_show_prints_each_presets_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = onus(dir.path(), &["policy", "show", "webhook"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("max attempts:     18"), "{out}");
+    assert!(out.contains("5.32 days"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count(), 18);
+    let out = stdout(&onus(dir.path(), &["policy", "show", "mail"]));
+    assert!(out.contains("6.07 h"), "{out}");
+    let out = stdout(&onus(dir.path(), &["policy", "show", "default"]));
+    assert!(out.contains("= 511 s"), "{out}");
+    assert!(out.contains("alert"), "{out}");
+    let out = stdout(&onus(dir.path(), &["policy", "show", "periodic"]));
+    assert!(out.contains("max attempts:     1"), "{out}");
+    let o = onus(dir.path(), &["policy", "show", "webhook", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["timeline"]["steps"].as_array().unwrap().len(), 18);
+    assert!((v["span_seconds"].as_f64().unwrap() - 459_305.0).abs() < 1.0);
+
+    let o = onus(dir.path(), &["policy", "show", "nope"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no kind or preset named \"nope\""), "{}", stderr(&o));
+}
+
+#[test]
+fn policy_show_applies_configuration_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        "[kinds.\"search.index\".policy]\nmax_attempts = 3\nbackoff = { schedule = [\"5s\", \"5m\"] }\n",
+    )
+    .unwrap();
+    let out = stdout(&onus(dir.path(), &["policy", "show", "search.index"]));
+    assert!(out.contains("max attempts:     3"), "{out}");
+    assert!(out.contains("= 305 s"), "{out}");
+
+    std::fs::write(dir.path().join("bad.toml"), "[kinds.\"x\".policy]\njitter = 2.0\n").unwrap();
+    let o = onus(dir.path(), &["--config", "bad.toml", "policy", "show", "x"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("jitter"), "{}", stderr(&o));
+    let o = onus(dir.path(), &["--config", "missing.toml", "policy", "show", "x"]);
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_database_urls_fail_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = onus(dir.path(), &["--database-url", "sqlite:///no/such/dir/onus.db", "jobs", "list"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("directory /no/such/dir does not exist"), "{}", stderr(&o));
+    let o = onus(dir.path(), &["--database-url", "mysql://db", "serve"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not understood"), "{}", stderr(&o));
+    std::fs::write(dir.path().join("junk.db"), vec![b'x'; 4096]).unwrap();
+    let o = onus(dir.path(), &["--database-url", "sqlite://junk.db", "jobs", "list"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a database"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn jobs_commands_list_show_retry_and_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("onus.db").display());
+    let client = onus::Onus::builder(onus::open(&url).await.unwrap()).build().unwrap().client();
+    let a = client.insert(NewJob::new("mail.send", json!({"to": "a@example.com"}))).await.unwrap().job.id;
+    let b = client.insert(NewJob::new("mail.send", json!({}))).await.unwrap().job.id;
+    let c = client.insert(NewJob::new("search.index", json!({})).queue("indexing")).await.unwrap().job.id;
+    let run = |args: &[&str]| {
+        let mut v = vec!["--database-url", url.as_str()];
+        v.extend_from_slice(args);
+        onus(dir.path(), &v)
+    };
+
+    let out = stdout(&run(&["jobs", "list"]));
+    assert_eq!(out.lines().count(), 4, "{out}");
+    let out = stdout(&run(&["jobs", "list", "--kind", "search.index", "--json"]));
+    let rows: Vec<onus::Job> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.iter().map(|j| j.id).collect::<Vec<_>>(), vec![c]);
+
+    let o = run(&["jobs", "cancel"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("name job ids, or a filter"), "{}", stderr(&o));
+
+    let o = run(&["jobs", "cancel", &a.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("cancelled 1 waiting job(s)"));
+    let show = stdout(&run(&["jobs", "show", &a.to_string()]));
+    assert!(show.contains("state:          cancelled"), "{show}");
+    assert!(show.contains("cancelled by request"), "{show}");
+    assert!(show.contains("a@example.com"), "{show}");
+
+    let o = run(&["jobs", "retry", &a.to_string()]);
+    assert!(stdout(&o).contains("retried 1 job(s)"), "{}", stdout(&o));
+    assert_eq!(client.get(a).await.unwrap().state, JobState::Available);
+
+    let o = run(&["jobs", "cancel", "--kind", "mail.send"]);
+    assert!(stdout(&o).contains("cancelled 2 waiting job(s)"), "{}", stdout(&o));
+    assert_eq!(client.get(b).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(client.get(c).await.unwrap().state, JobState::Available);
+
+    let o = run(&["jobs", "cancel", &a.to_string()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("already finished"), "{}", stderr(&o));
+    let o = run(&["jobs", "show", "999"]);
+    assert!(stderr(&o).contains("no job with id 999"), "{}", stderr(&o));
+    let o = run(&["jobs", "list", "--state", "sleeping"]);
+    assert!(stderr(&o).contains("unknown job state"), "{}", stderr(&o));
+}
+
+/// Reads `serve`'s log until it names the address it listens on.
+fn wait_for_listen(stderr: &mut impl BufRead) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut line = String::new();
+    while Instant::now() < deadline {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("serve exited before listening");
+        }
+        if let Some(i) = line.find("listening on http://") {
+            let rest = &line[i + "listening on http://".len()..];
+            return rest.split_whitespace().next().unwrap().trim_end_matches(|c: char| !c.is_ascii_digit()).to_string();
+        }
+    }
+    panic!("serve never said where it listens");
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn serve_defaults_to_sqlite_in_the_working_directory_and_answers_healthz() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onus"))
+        .current_dir(dir.path())
+        .arg("serve")
+        .env_remove("ONUS_DATABASE_URL")
+        .env_remove("ONUS_CONFIG")
+        .env("ONUS_LISTEN", "127.0.0.1:0")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let addr = wait_for_listen(&mut err);
+    let resp = http_get(&addr, "/healthz");
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains("\"status\":\"ok\"") && resp.contains("\"database\":\"sqlite\""), "{resp}");
+    assert!(dir.path().join("onus.db").is_file(), "the default database is onus.db in the working directory");
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let code = child.wait().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(code.success(), "serve exits cleanly on SIGTERM: {rest}");
+    assert!(rest.contains("stopped"), "{rest}");
+}
