@@ -107,7 +107,12 @@ pub enum PolicyCommand {
 
 impl FilterArgs {
     fn to_filter(&self, ids: Vec<JobId>) -> JobFilter {
-        JobFilter { ids, states: self.state.clone(), kinds: self.kind.clone(), queues: self.queue.clone() }
+        JobFilter {
+            ids,
+            states: self.state.clone(),
+            kinds: self.kind.clone(),
+            queues: self.queue.clone(),
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -125,7 +130,9 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         .unwrap_or_else(|| config::DEFAULT_DATABASE_URL.to_string());
     match cli.command {
         Command::Serve { listen } => {
-            let listen = listen.or_else(|| file.listen.clone()).unwrap_or_else(|| config::DEFAULT_LISTEN.into());
+            let listen = listen
+                .or_else(|| file.listen.clone())
+                .unwrap_or_else(|| config::DEFAULT_LISTEN.into());
             crate::serve::serve(file, path, url, listen).await
         }
         Command::Policy(PolicyCommand::Show { name, json }) => {
@@ -135,7 +142,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                     "name": name, "origin": origin, "policy": policy, "timeline": policy.timeline(),
                     "span_seconds": policy.timeline().span().as_secs_f64(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+                );
             } else {
                 print!("{}", describe_policy(&name, &origin, &policy));
             }
@@ -143,7 +153,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Jobs(cmd) => {
             let store = onus::open(&url).await.map_err(|e| e.to_string())?;
-            let client = onus::Onus::builder(store).build().map_err(|e| e.to_string())?.client();
+            let client = onus::Onus::builder(store)
+                .build()
+                .map_err(|e| e.to_string())?
+                .client();
             jobs(client, cmd).await
         }
     }
@@ -152,12 +165,18 @@ pub async fn run(cli: Cli) -> Result<(), String> {
 /// The policy a kind runs under: its built-in base, with configuration overrides on top.
 pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), String> {
     if let Some(k) = file.kinds.get(name) {
-        let (base, origin) = builtin(name).unwrap_or((Policy::preset_default(), "the default preset"));
+        let (base, origin) =
+            builtin(name).unwrap_or((Policy::preset_default(), "the default preset"));
         let p = match &k.policy {
-            Some(o) => base.with_overrides(o).map_err(|e| format!("[kinds.\"{name}\".policy]: {e}"))?,
+            Some(o) => base
+                .with_overrides(o)
+                .map_err(|e| format!("[kinds.\"{name}\".policy]: {e}"))?,
             None => base,
         };
-        return Ok((p, format!("kind {name}: {origin}, with configuration overrides")));
+        return Ok((
+            p,
+            format!("kind {name}: {origin}, with configuration overrides"),
+        ));
     }
     if let Some((p, origin)) = builtin(name) {
         return Ok((p, format!("kind {name}: {origin}")));
@@ -165,9 +184,15 @@ pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), S
     if let Some(p) = Policy::preset(name) {
         return Ok((p, format!("preset {name}")));
     }
-    let mut known: Vec<String> = onus::policy::PRESETS.iter().map(|s| s.to_string()).collect();
+    let mut known: Vec<String> = onus::policy::PRESETS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     known.extend(file.kinds.keys().cloned());
-    Err(format!("no kind or preset named {name:?}; known: {}", known.join(", ")))
+    Err(format!(
+        "no kind or preset named {name:?}; known: {}",
+        known.join(", ")
+    ))
 }
 
 fn builtin(kind: &str) -> Option<(Policy, &'static str)> {
@@ -183,9 +208,21 @@ fn describe_policy(name: &str, origin: &str, p: &Policy) -> String {
     let _ = writeln!(s, "policy {name} ({origin})");
     let _ = writeln!(s, "  max attempts:     {}", p.max_attempts);
     let _ = writeln!(s, "  backoff:          {}", p.backoff);
-    let _ = writeln!(s, "  jitter:           +/-{:.0}% on every wait", p.jitter * 100.0);
-    let _ = writeln!(s, "  timeout:          {} per attempt", onus::policy::human(p.timeout));
-    let after = if p.alert_on_exhaustion { "discarded (exhausted) + alert" } else { "discarded (exhausted)" };
+    let _ = writeln!(
+        s,
+        "  jitter:           +/-{:.0}% on every wait",
+        p.jitter * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "  timeout:          {} per attempt",
+        onus::policy::human(p.timeout)
+    );
+    let after = if p.alert_on_exhaustion {
+        "discarded (exhausted) + alert"
+    } else {
+        "discarded (exhausted)"
+    };
     let _ = writeln!(s, "  after exhaustion: {after}");
     let _ = writeln!(s);
     let _ = writeln!(s, "{}", p.timeline());
@@ -194,8 +231,16 @@ fn describe_policy(name: &str, origin: &str, p: &Policy) -> String {
 
 async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
     match cmd {
-        JobsCommand::List { filter, limit, before, json } => {
-            let jobs = client.list(&filter.to_filter(Vec::new()), limit, before).await.map_err(|e| e.to_string())?;
+        JobsCommand::List {
+            filter,
+            limit,
+            before,
+            json,
+        } => {
+            let jobs = client
+                .list(&filter.to_filter(Vec::new()), limit, before)
+                .await
+                .map_err(|e| e.to_string())?;
             if json {
                 for j in &jobs {
                     println!("{}", serde_json::to_string(j).map_err(|e| e.to_string())?);
@@ -213,7 +258,10 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
         JobsCommand::Show { id, json } => {
             let job = client.get(id).await.map_err(|e| e.to_string())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&job).map_err(|e| e.to_string())?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&job).map_err(|e| e.to_string())?
+                );
             } else {
                 print!("{}", show(&job));
             }
@@ -228,7 +276,11 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
         JobsCommand::Cancel(a) => {
             let f = action_filter(a)?;
             let out = client.cancel_where(&f).await.map_err(|e| e.to_string())?;
-            println!("cancelled {} waiting job(s){}", out.cancelled.len(), id_list(&out.cancelled));
+            println!(
+                "cancelled {} waiting job(s){}",
+                out.cancelled.len(),
+                id_list(&out.cancelled)
+            );
             if !out.requested.is_empty() {
                 println!(
                     "asked {} running job(s) to stop; they end cancelled when their handler returns{}",
@@ -243,7 +295,9 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
 
 fn action_filter(a: ActionArgs) -> Result<JobFilter, String> {
     if a.ids.is_empty() && a.filter.is_empty() && !a.all {
-        return Err("name job ids, or a filter (--state, --kind, --queue), or --all for every job".into());
+        return Err(
+            "name job ids, or a filter (--state, --kind, --queue), or --all for every job".into(),
+        );
     }
     Ok(a.filter.to_filter(a.ids))
 }
@@ -257,13 +311,21 @@ fn id_list(ids: &[JobId]) -> String {
 }
 
 fn ts(t: Option<onus::Timestamp>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()).unwrap_or_else(|| "-".into())
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+        .unwrap_or_else(|| "-".into())
 }
 
 fn table(jobs: &[Job]) -> String {
-    let mut s = format!("{:>8}  {:<10}  {:<24}  {:<10}  {:>7}  {:<23}  {}\n", "ID", "STATE", "KIND", "QUEUE", "ATTEMPT", "RUN AT", "LAST ERROR");
+    let mut s = format!(
+        "{:>8}  {:<10}  {:<24}  {:<10}  {:>7}  {:<23}  {}\n",
+        "ID", "STATE", "KIND", "QUEUE", "ATTEMPT", "RUN AT", "LAST ERROR"
+    );
     for j in jobs {
-        let last = j.errors.last().map(|e| e.message.chars().take(60).collect::<String>()).unwrap_or_default();
+        let last = j
+            .errors
+            .last()
+            .map(|e| e.message.chars().take(60).collect::<String>())
+            .unwrap_or_default();
         let _ = writeln!(
             s,
             "{:>8}  {:<10}  {:<24}  {:<10}  {:>7}  {:<23}  {}",
@@ -305,10 +367,24 @@ fn show(j: &Job) -> String {
         let _ = writeln!(s, "  leased to:      {o} until {}", ts(j.lease_expires_at));
     }
     let _ = writeln!(s, "  args:           {}", j.args);
-    let _ = writeln!(s, "  history:        {}", if j.errors.is_empty() { "(none)" } else { "" });
+    let _ = writeln!(
+        s,
+        "  history:        {}",
+        if j.errors.is_empty() { "(none)" } else { "" }
+    );
     for e in &j.errors {
-        let class = serde_json::to_value(e.class).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-        let _ = writeln!(s, "    {}  attempt {}  {:<11}  {}", ts(Some(e.at)), e.attempt, class, e.message);
+        let class = serde_json::to_value(e.class)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "    {}  attempt {}  {:<11}  {}",
+            ts(Some(e.at)),
+            e.attempt,
+            class,
+            e.message
+        );
     }
     s
 }

@@ -88,18 +88,25 @@ pub fn load(explicit: Option<&Path>) -> Result<(FileConfig, Option<PathBuf>), Co
             p
         }
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| ConfigError(format!("cannot read configuration file {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        ConfigError(format!(
+            "cannot read configuration file {}: {e}",
+            path.display()
+        ))
+    })?;
     let cfg = parse(&text).map_err(|e| ConfigError(format!("in {}: {}", path.display(), e.0)))?;
     Ok((cfg, Some(path)))
 }
 
 /// Parses and checks a configuration text.
 pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
-    let cfg: FileConfig = toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim().to_string()))?;
+    let cfg: FileConfig =
+        toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim().to_string()))?;
     for (q, n) in &cfg.queues {
         if *n == 0 {
-            return Err(ConfigError(format!("[queues] {q} = 0: a queue needs a concurrency of at least 1")));
+            return Err(ConfigError(format!(
+                "[queues] {q} = 0: a queue needs a concurrency of at least 1"
+            )));
         }
     }
     for (name, k) in &cfg.kinds {
@@ -161,8 +168,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.queues["default"], 20);
-        assert_eq!(cfg.kinds["search.index"].policy.as_ref().unwrap().max_attempts, Some(5));
-        assert_eq!(cfg.retention.durations().unwrap().completed, Duration::from_secs(12 * 3600));
+        assert_eq!(
+            cfg.kinds["search.index"]
+                .policy
+                .as_ref()
+                .unwrap()
+                .max_attempts,
+            Some(5)
+        );
+        assert_eq!(
+            cfg.retention.durations().unwrap().completed,
+            Duration::from_secs(12 * 3600)
+        );
     }
 
     #[test]

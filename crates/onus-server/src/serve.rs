@@ -35,7 +35,10 @@ pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Onus, String>
         }
     }
     let retention = file.retention.durations().map_err(|e| e.to_string())?;
-    b = b.options(onus::Options { retention, ..onus::Options::default() });
+    b = b.options(onus::Options {
+        retention,
+        ..onus::Options::default()
+    });
     b.build().map_err(|e| format!("configuration: {e}"))
 }
 
@@ -43,16 +46,25 @@ async fn healthz(State(store): State<Arc<dyn Store>>) -> (StatusCode, Json<serde
     match store.get(0).await {
         Ok(_) => (
             StatusCode::OK,
-            Json(serde_json::json!({"status": "ok", "database": store.backend(), "version": env!("CARGO_PKG_VERSION")})),
+            Json(
+                serde_json::json!({"status": "ok", "database": store.backend(), "version": env!("CARGO_PKG_VERSION")}),
+            ),
         ),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"status": "unavailable", "database": store.backend(), "error": e.to_string()})),
+            Json(
+                serde_json::json!({"status": "unavailable", "database": store.backend(), "error": e.to_string()}),
+            ),
         ),
     }
 }
 
-pub async fn serve(file: FileConfig, path: Option<PathBuf>, url: String, listen: String) -> Result<(), String> {
+pub async fn serve(
+    file: FileConfig,
+    path: Option<PathBuf>,
+    url: String,
+    listen: String,
+) -> Result<(), String> {
     if let Some((name, _)) = file.kinds.iter().find(|(_, k)| k.url.is_some()) {
         return Err(format!(
             "[kinds.\"{name}\"] url: HTTP-handled kinds are not supported by this version yet; remove the url"
@@ -70,7 +82,9 @@ pub async fn serve(file: FileConfig, path: Option<PathBuf>, url: String, listen:
     let store = onus::open(&url).await.map_err(|e| e.to_string())?;
     let onus = runtime(store.clone(), &file)?;
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
-        format!("cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen")
+        format!(
+            "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen"
+        )
     })?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let running = onus.start();
@@ -81,7 +95,9 @@ pub async fn serve(file: FileConfig, path: Option<PathBuf>, url: String, listen:
         "onus {} listening on http://{addr}",
         env!("CARGO_PKG_VERSION")
     );
-    let app = Router::new().route("/healthz", get(healthz)).with_state(store);
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(store);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)

@@ -1,5 +1,7 @@
 //! The `onus` binary, run as a user would: help, policies, job commands, and `serve`.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -43,7 +45,11 @@ fn every_command_has_help() {
     ] {
         let o = onus(dir.path(), &cmd);
         assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
-        assert!(stdout(&o).contains("Usage: onus"), "{cmd:?}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("Usage: onus"),
+            "{cmd:?}: {}",
+            stdout(&o)
+        );
     }
 }
 
@@ -55,7 +61,12 @@ fn policy_show_prints_each_presets_timeline() {
     let out = stdout(&o);
     assert!(out.contains("max attempts:     18"), "{out}");
     assert!(out.contains("5.32 days"), "{out}");
-    assert_eq!(out.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count(), 18);
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .count(),
+        18
+    );
     let out = stdout(&onus(dir.path(), &["policy", "show", "mail"]));
     assert!(out.contains("6.07 h"), "{out}");
     let out = stdout(&onus(dir.path(), &["policy", "show", "default"]));
@@ -70,7 +81,11 @@ fn policy_show_prints_each_presets_timeline() {
 
     let o = onus(dir.path(), &["policy", "show", "nope"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("no kind or preset named \"nope\""), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no kind or preset named \"nope\""),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -85,25 +100,47 @@ fn policy_show_applies_configuration_overrides() {
     assert!(out.contains("max attempts:     3"), "{out}");
     assert!(out.contains("= 305 s"), "{out}");
 
-    std::fs::write(dir.path().join("bad.toml"), "[kinds.\"x\".policy]\njitter = 2.0\n").unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[kinds.\"x\".policy]\njitter = 2.0\n",
+    )
+    .unwrap();
     let o = onus(dir.path(), &["--config", "bad.toml", "policy", "show", "x"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("jitter"), "{}", stderr(&o));
-    let o = onus(dir.path(), &["--config", "missing.toml", "policy", "show", "x"]);
+    let o = onus(
+        dir.path(),
+        &["--config", "missing.toml", "policy", "show", "x"],
+    );
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
 
 #[test]
 fn bad_database_urls_fail_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let o = onus(dir.path(), &["--database-url", "sqlite:///no/such/dir/onus.db", "jobs", "list"]);
+    let o = onus(
+        dir.path(),
+        &[
+            "--database-url",
+            "sqlite:///no/such/dir/onus.db",
+            "jobs",
+            "list",
+        ],
+    );
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("directory /no/such/dir does not exist"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("directory /no/such/dir does not exist"),
+        "{}",
+        stderr(&o)
+    );
     let o = onus(dir.path(), &["--database-url", "mysql://db", "serve"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not understood"), "{}", stderr(&o));
     std::fs::write(dir.path().join("junk.db"), vec![b'x'; 4096]).unwrap();
-    let o = onus(dir.path(), &["--database-url", "sqlite://junk.db", "jobs", "list"]);
+    let o = onus(
+        dir.path(),
+        &["--database-url", "sqlite://junk.db", "jobs", "list"],
+    );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a database"), "{}", stderr(&o));
 }
@@ -112,10 +149,28 @@ fn bad_database_urls_fail_with_a_clear_error() {
 async fn jobs_commands_list_show_retry_and_cancel() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("onus.db").display());
-    let client = onus::Onus::builder(onus::open(&url).await.unwrap()).build().unwrap().client();
-    let a = client.insert(NewJob::new("mail.send", json!({"to": "a@example.com"}))).await.unwrap().job.id;
-    let b = client.insert(NewJob::new("mail.send", json!({}))).await.unwrap().job.id;
-    let c = client.insert(NewJob::new("search.index", json!({})).queue("indexing")).await.unwrap().job.id;
+    let client = onus::Onus::builder(onus::open(&url).await.unwrap())
+        .build()
+        .unwrap()
+        .client();
+    let a = client
+        .insert(NewJob::new("mail.send", json!({"to": "a@example.com"})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let b = client
+        .insert(NewJob::new("mail.send", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let c = client
+        .insert(NewJob::new("search.index", json!({})).queue("indexing"))
+        .await
+        .unwrap()
+        .job
+        .id;
     let run = |args: &[&str]| {
         let mut v = vec!["--database-url", url.as_str()];
         v.extend_from_slice(args);
@@ -125,12 +180,19 @@ async fn jobs_commands_list_show_retry_and_cancel() {
     let out = stdout(&run(&["jobs", "list"]));
     assert_eq!(out.lines().count(), 4, "{out}");
     let out = stdout(&run(&["jobs", "list", "--kind", "search.index", "--json"]));
-    let rows: Vec<onus::Job> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<onus::Job> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(rows.iter().map(|j| j.id).collect::<Vec<_>>(), vec![c]);
 
     let o = run(&["jobs", "cancel"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("name job ids, or a filter"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("name job ids, or a filter"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = run(&["jobs", "cancel", &a.to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -145,7 +207,11 @@ async fn jobs_commands_list_show_retry_and_cancel() {
     assert_eq!(client.get(a).await.unwrap().state, JobState::Available);
 
     let o = run(&["jobs", "cancel", "--kind", "mail.send"]);
-    assert!(stdout(&o).contains("cancelled 2 waiting job(s)"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("cancelled 2 waiting job(s)"),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(client.get(b).await.unwrap().state, JobState::Cancelled);
     assert_eq!(client.get(c).await.unwrap().state, JobState::Available);
 
@@ -169,7 +235,12 @@ fn wait_for_listen(stderr: &mut impl BufRead) -> String {
         }
         if let Some(i) = line.find("listening on http://") {
             let rest = &line[i + "listening on http://".len()..];
-            return rest.split_whitespace().next().unwrap().trim_end_matches(|c: char| !c.is_ascii_digit()).to_string();
+            return rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .to_string();
         }
     }
     panic!("serve never said where it listens");
@@ -177,7 +248,11 @@ fn wait_for_listen(stderr: &mut impl BufRead) -> String {
 
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -201,9 +276,18 @@ fn serve_defaults_to_sqlite_in_the_working_directory_and_answers_healthz() {
     let addr = wait_for_listen(&mut err);
     let resp = http_get(&addr, "/healthz");
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-    assert!(resp.contains("\"status\":\"ok\"") && resp.contains("\"database\":\"sqlite\""), "{resp}");
-    assert!(dir.path().join("onus.db").is_file(), "the default database is onus.db in the working directory");
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(
+        resp.contains("\"status\":\"ok\"") && resp.contains("\"database\":\"sqlite\""),
+        "{resp}"
+    );
+    assert!(
+        dir.path().join("onus.db").is_file(),
+        "the default database is onus.db in the working directory"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let code = child.wait().unwrap();
     let mut rest = String::new();

@@ -2,23 +2,25 @@
 //! source (the way River's shared driver tests work). A behaviour that differs between backends
 //! is a bug.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 #[path = "conformance/harness.rs"]
 mod harness;
 
-#[path = "conformance/jobs.rs"]
-mod jobs;
 #[path = "conformance/actions.rs"]
 mod actions;
+#[path = "conformance/durability.rs"]
+mod durability;
+#[path = "conformance/jobs.rs"]
+mod jobs;
 #[path = "conformance/limits.rs"]
 mod limits;
 #[path = "conformance/periodic.rs"]
 mod periodic;
-#[path = "conformance/timelines.rs"]
-mod timelines;
-#[path = "conformance/durability.rs"]
-mod durability;
 #[path = "conformance/state_machine.rs"]
 mod state_machine;
+#[path = "conformance/timelines.rs"]
+mod timelines;
 
 macro_rules! conformance {
     ($backend:ident => $variant:ident { $($module:ident: [$($test:ident),* $(,)?]),* $(,)? }) => {

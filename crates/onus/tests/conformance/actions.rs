@@ -2,21 +2,33 @@
 
 use std::time::Duration;
 
-use onus::{Backoff, EntryClass, JobContext, JobError, JobFilter, JobState, Kind, NewJob, Policy, StoreError};
+use onus::{
+    Backoff, EntryClass, JobContext, JobError, JobFilter, JobState, Kind, NewJob, Policy,
+    StoreError,
+};
 use serde_json::json;
 
 use crate::harness::Env;
 
 fn discarding(env: &Env) -> onus::Onus {
     env.builder()
-        .kind(Kind::new("d").policy(Policy { max_attempts: 2, backoff: Backoff::none(), ..Policy::preset_default() }).handler(
-            |ctx: JobContext| async move {
-                if ctx.job().args["ok_after"].as_u64().is_some_and(|n| u64::from(ctx.attempt()) > n) {
-                    return Ok(());
-                }
-                Err(JobError::retryable("still failing"))
-            },
-        ))
+        .kind(
+            Kind::new("d")
+                .policy(Policy {
+                    max_attempts: 2,
+                    backoff: Backoff::none(),
+                    ..Policy::preset_default()
+                })
+                .handler(|ctx: JobContext| async move {
+                    if ctx.job().args["ok_after"]
+                        .as_u64()
+                        .is_some_and(|n| u64::from(ctx.attempt()) > n)
+                    {
+                        return Ok(());
+                    }
+                    Err(JobError::retryable("still failing"))
+                }),
+        )
         .build()
         .unwrap()
 }
@@ -24,12 +36,20 @@ fn discarding(env: &Env) -> onus::Onus {
 pub async fn manual_retry_runs_now_with_one_more_attempt(env: Env) {
     let onus = discarding(&env);
     let client = onus.client();
-    let id = client.insert(NewJob::new("d", json!({"ok_after": 2}))).await.unwrap().job.id;
+    let id = client
+        .insert(NewJob::new("d", json!({"ok_after": 2})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Discarded).await;
     assert_eq!((j.attempt, j.max_attempts), (2, 2));
     let retried = client.retry(id).await.unwrap();
-    assert_eq!(retried.max_attempts, 3, "max_attempts is raised to attempt + 1");
+    assert_eq!(
+        retried.max_attempts, 3,
+        "max_attempts is raised to attempt + 1"
+    );
     let j = env.wait_state(id, JobState::Completed).await;
     assert_eq!(j.attempt, 3);
     assert_eq!(j.discard_reason, None);
@@ -40,25 +60,45 @@ pub async fn manual_retry_runs_now_with_one_more_attempt(env: Env) {
 pub async fn bulk_retry_acts_on_every_matching_job(env: Env) {
     let onus = discarding(&env);
     let client = onus.client();
-    let jobs: Vec<NewJob> = (0..250).map(|_| NewJob::new("d", json!({"ok_after": 2}))).collect();
+    let jobs: Vec<NewJob> = (0..250)
+        .map(|_| NewJob::new("d", json!({"ok_after": 2})))
+        .collect();
     client.insert_many(jobs).await.unwrap();
-    let other = client.insert(NewJob::new("other", json!({}))).await.unwrap().job.id;
+    let other = client
+        .insert(NewJob::new("other", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let env2 = &env;
-    crate::harness::wait_until("all 250 discarded", || async move { env2.count(JobState::Discarded).await == 250 })
-        .await;
-    let filter = JobFilter { states: vec![JobState::Discarded], kinds: vec!["d".into()], ..Default::default() };
+    crate::harness::wait_until("all 250 discarded", || async move {
+        env2.count(JobState::Discarded).await == 250
+    })
+    .await;
+    let filter = JobFilter {
+        states: vec![JobState::Discarded],
+        kinds: vec!["d".into()],
+        ..Default::default()
+    };
     let ids = client.retry_where(&filter).await.unwrap();
     assert_eq!(ids.len(), 250, "bulk retry acts on every match, not a page");
-    crate::harness::wait_until("all 250 completed", || async move { env2.count(JobState::Completed).await == 250 })
-        .await;
+    crate::harness::wait_until("all 250 completed", || async move {
+        env2.count(JobState::Completed).await == 250
+    })
+    .await;
     assert_eq!(env.job(other).await.state, JobState::Available);
     running.shutdown(Duration::from_secs(5)).await;
 }
 
 pub async fn cancel_waiting_job_at_once(env: Env) {
     let client = env.client();
-    let id = client.insert(NewJob::new("x", json!({})).run_after(Duration::from_secs(60))).await.unwrap().job.id;
+    let id = client
+        .insert(NewJob::new("x", json!({})).run_after(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .job
+        .id;
     let out = client.cancel(id).await.unwrap();
     assert_eq!(out.cancelled, vec![id]);
     let j = env.job(id).await;
@@ -88,7 +128,12 @@ pub async fn cancel_running_job_signals_the_handler(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let id = client.insert(NewJob::new("long", json!({}))).await.unwrap().job.id;
+    let id = client
+        .insert(NewJob::new("long", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     env.wait_state(id, JobState::Running).await;
     let out = client.cancel(id).await.unwrap();
@@ -101,19 +146,41 @@ pub async fn cancel_running_job_signals_the_handler(env: Env) {
 
 pub async fn bulk_cancel_acts_on_every_matching_job(env: Env) {
     let client = env.client();
-    let jobs: Vec<NewJob> = (0..300).map(|_| NewJob::new("c", json!({})).queue("slow")).collect();
+    let jobs: Vec<NewJob> = (0..300)
+        .map(|_| NewJob::new("c", json!({})).queue("slow"))
+        .collect();
     client.insert_many(jobs).await.unwrap();
-    let keep = client.insert(NewJob::new("c", json!({}))).await.unwrap().job.id;
-    let out = client.cancel_where(&JobFilter { queues: vec!["slow".into()], ..Default::default() }).await.unwrap();
+    let keep = client
+        .insert(NewJob::new("c", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let out = client
+        .cancel_where(&JobFilter {
+            queues: vec!["slow".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     assert_eq!(out.cancelled.len(), 300);
     assert_eq!(env.count(JobState::Cancelled).await, 300);
     assert_eq!(env.job(keep).await.state, JobState::Available);
 }
 
 pub async fn retry_and_cancel_refuse_with_a_reason(env: Env) {
-    let onus = env.builder().kind(Kind::new("ok").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let onus = env
+        .builder()
+        .kind(Kind::new("ok").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
     let client = onus.client();
-    let id = client.insert(NewJob::new("ok", json!({}))).await.unwrap().job.id;
+    let id = client
+        .insert(NewJob::new("ok", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     env.wait_state(id, JobState::Completed).await;
     let e = client.retry(id).await.unwrap_err();

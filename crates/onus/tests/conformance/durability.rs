@@ -27,18 +27,41 @@ async fn claim_as_dead_process(env: &Env, kind: &str) -> Vec<onus::Job> {
 }
 
 pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
-    let onus = env.builder().kind(Kind::new("k").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let onus = env
+        .builder()
+        .kind(Kind::new("k").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
     let client = onus.client();
-    let id = client.insert(NewJob::new("k", json!({})).lease_key("ep")).await.unwrap().job.id;
+    let id = client
+        .insert(NewJob::new("k", json!({})).lease_key("ep"))
+        .await
+        .unwrap()
+        .job
+        .id;
     let claimed = claim_as_dead_process(&env, "k").await;
     assert_eq!(claimed.len(), 1);
     let now = env.clock_now();
     assert_eq!(
-        env.store.acquire_lease("ep", 1, &claimed[0], "dead-process", now, now + chrono::TimeDelta::seconds(30)).await.unwrap(),
+        env.store
+            .acquire_lease(
+                "ep",
+                1,
+                &claimed[0],
+                "dead-process",
+                now,
+                now + chrono::TimeDelta::seconds(30)
+            )
+            .await
+            .unwrap(),
         onus::store::LeaseDecision::Acquired
     );
     let running = onus.start();
-    assert_eq!(env.job(id).await.state, JobState::Running, "a live lease is left alone");
+    assert_eq!(
+        env.job(id).await.state,
+        JobState::Running,
+        "a live lease is left alone"
+    );
     env.clock.advance(Duration::from_secs(31));
     let j = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(j.attempt, 1);
@@ -46,22 +69,43 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
     assert_eq!(j.lease_owner, None);
     env.clock.advance_to(j.run_at);
     let j = env.wait_state(id, JobState::Completed).await;
-    assert_eq!(j.attempt, 2, "the lost attempt counted, then the job ran again");
+    assert_eq!(
+        j.attempt, 2,
+        "the lost attempt counted, then the job ran again"
+    );
     running.shutdown(Duration::from_secs(5)).await;
 }
 
 pub async fn rescuer_ignores_unknown_kinds(env: Env) {
-    let onus = env.builder().kind(Kind::new("k").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let onus = env
+        .builder()
+        .kind(Kind::new("k").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
     let client = onus.client();
-    let unknown = client.insert(NewJob::new("stranger", json!({}))).await.unwrap().job.id;
-    let known = client.insert(NewJob::new("k", json!({}))).await.unwrap().job.id;
+    let unknown = client
+        .insert(NewJob::new("stranger", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let known = client
+        .insert(NewJob::new("k", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     claim_as_dead_process(&env, "stranger").await;
     claim_as_dead_process(&env, "k").await;
     let running = onus.start();
     env.clock.advance(Duration::from_secs(31));
     env.wait_state(known, JobState::Retryable).await;
     let u = env.job(unknown).await;
-    assert_eq!(u.state, JobState::Running, "never rescued by a process that does not know its kind");
+    assert_eq!(
+        u.state,
+        JobState::Running,
+        "never rescued by a process that does not know its kind"
+    );
     assert!(u.errors.is_empty());
     running.shutdown(Duration::from_secs(5)).await;
 }
@@ -92,7 +136,12 @@ pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
         .into_iter()
         .map(|i| i.job.id)
         .collect();
-    let quick = client.insert(NewJob::new("quick", json!({}))).await.unwrap().job.id;
+    let quick = client
+        .insert(NewJob::new("quick", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     for id in stuck.iter().chain([&quick]) {
         env.wait_state(*id, JobState::Running).await;
@@ -103,7 +152,11 @@ pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
     assert_eq!(env.job(quick).await.state, JobState::Completed);
     for id in stuck {
         let j = env.job(id).await;
-        assert_eq!((j.state, j.attempt), (JobState::Available, 0), "handed back with its attempt unspent");
+        assert_eq!(
+            (j.state, j.attempt),
+            (JobState::Available, 0),
+            "handed back with its attempt unspent"
+        );
         assert_eq!(j.lease_owner, None);
         assert!(j.errors.is_empty());
     }
@@ -112,29 +165,49 @@ pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
 pub async fn sigkill_loses_no_job(env: Env) {
     let client = env.client();
     let ids: Vec<i64> = client
-        .insert_many((0..50).map(|i| NewJob::new("hold", json!({"i": i}))).collect())
+        .insert_many(
+            (0..50)
+                .map(|i| NewJob::new("hold", json!({"i": i})))
+                .collect(),
+        )
         .await
         .unwrap()
         .into_iter()
         .map(|i| i.job.id)
         .collect();
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["child_worker_process", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "child_worker_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("ONUS_CHILD_URL", &env.url)
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    wait_until("the child holds 20 running jobs", || async { env.count(JobState::Running).await == 20 }).await;
+    wait_until("the child holds 20 running jobs", || async {
+        env.count(JobState::Running).await == 20
+    })
+    .await;
     child.start_kill().unwrap(); // SIGKILL
     let status = child.wait().await.unwrap();
     assert!(!status.success());
 
     // A new process: once the dead one's leases expire, the rescuer recovers every job.
-    env.clock.advance_to(chrono::Utc::now() + chrono::TimeDelta::seconds(CHILD_LEASE_SECS + 1));
-    let onus = env.builder().kind(Kind::new("hold").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    env.clock
+        .advance_to(chrono::Utc::now() + chrono::TimeDelta::seconds(CHILD_LEASE_SECS + 1));
+    let onus = env
+        .builder()
+        .kind(Kind::new("hold").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
     let running = onus.start();
-    wait_until("no job left running", || async { env.count(JobState::Running).await == 0 }).await;
+    wait_until("no job left running", || async {
+        env.count(JobState::Running).await == 0
+    })
+    .await;
     env.clock.advance(Duration::from_secs(10));
     let mut lost = 0;
     for id in ids {
@@ -146,7 +219,10 @@ pub async fn sigkill_loses_no_job(env: Env) {
             assert_eq!(j.attempt, 1);
         }
     }
-    assert_eq!(lost, 20, "exactly the 20 jobs the killed process held were rescued");
+    assert_eq!(
+        lost, 20,
+        "exactly the 20 jobs the killed process held were rescued"
+    );
     running.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -159,7 +235,10 @@ pub fn child_worker_main(url: &str) {
         let store = onus::open(url).await.unwrap();
         let onus = Onus::builder(store)
             .queue("default", 20)
-            .options(onus::Options { lease_ttl: Duration::from_secs(CHILD_LEASE_SECS as u64), ..fast_options() })
+            .options(onus::Options {
+                lease_ttl: Duration::from_secs(CHILD_LEASE_SECS as u64),
+                ..fast_options()
+            })
             .kind(Kind::new("hold").handler(|_c: JobContext| async {
                 std::future::pending::<()>().await;
                 Ok(())
@@ -176,7 +255,15 @@ pub async fn many_workers_complete_each_job_exactly_once(env: Env) {
     let runs: Arc<Vec<AtomicU32>> = Arc::new((0..N).map(|_| AtomicU32::new(0)).collect());
     let client = env.client();
     for chunk in (0..N).collect::<Vec<_>>().chunks(1000) {
-        client.insert_many(chunk.iter().map(|i| NewJob::new("count", json!({"i": i}))).collect()).await.unwrap();
+        client
+            .insert_many(
+                chunk
+                    .iter()
+                    .map(|i| NewJob::new("count", json!({"i": i})))
+                    .collect(),
+            )
+            .await
+            .unwrap();
     }
     let mut workers = Vec::new();
     for _ in 0..4 {
@@ -195,42 +282,86 @@ pub async fn many_workers_complete_each_job_exactly_once(env: Env) {
         workers.push(onus.start());
     }
     let env2 = &env;
-    wait_until("10,000 jobs completed", || async move { env2.count(JobState::Completed).await == N }).await;
+    wait_until("10,000 jobs completed", || async move {
+        env2.count(JobState::Completed).await == N
+    })
+    .await;
     for w in workers {
         w.shutdown(Duration::from_secs(5)).await;
     }
-    let twice: Vec<usize> = (0..N).filter(|i| runs[*i].load(Ordering::SeqCst) != 1).collect();
-    assert!(twice.is_empty(), "jobs not run exactly once: {:?}", &twice[..twice.len().min(10)]);
-    let all = env.store.list(&JobFilter::default(), N + 1, None).await.unwrap();
-    assert!(all.iter().all(|j| j.state == JobState::Completed && j.attempt == 1 && j.errors.is_empty()));
+    let twice: Vec<usize> = (0..N)
+        .filter(|i| runs[*i].load(Ordering::SeqCst) != 1)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "jobs not run exactly once: {:?}",
+        &twice[..twice.len().min(10)]
+    );
+    let all = env
+        .store
+        .list(&JobFilter::default(), N + 1, None)
+        .await
+        .unwrap();
+    assert!(all
+        .iter()
+        .all(|j| j.state == JobState::Completed && j.attempt == 1 && j.errors.is_empty()));
 }
 
 pub async fn retention_prunes_finished_jobs(env: Env) {
     let onus = env
         .builder()
         .kind(Kind::new("ok").handler(|_c: JobContext| async { Ok(()) }))
-        .kind(Kind::new("bad").handler(|_c: JobContext| async { Err(onus::JobError::discard("no")) }))
+        .kind(
+            Kind::new("bad").handler(|_c: JobContext| async { Err(onus::JobError::discard("no")) }),
+        )
         .build()
         .unwrap();
     let client = onus.client();
-    let done = client.insert(NewJob::new("ok", json!({}))).await.unwrap().job.id;
-    let bad = client.insert(NewJob::new("bad", json!({}))).await.unwrap().job.id;
-    let cancelled = client.insert(NewJob::new("x", json!({}))).await.unwrap().job.id;
-    let waiting = client.insert(NewJob::new("x", json!({}))).await.unwrap().job.id;
+    let done = client
+        .insert(NewJob::new("ok", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let bad = client
+        .insert(NewJob::new("bad", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let cancelled = client
+        .insert(NewJob::new("x", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let waiting = client
+        .insert(NewJob::new("x", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     client.cancel(cancelled).await.unwrap();
     let running = onus.start();
     env.wait_state(done, JobState::Completed).await;
     env.wait_state(bad, JobState::Discarded).await;
     env.clock.advance(Duration::from_secs(86_400 + 1));
-    wait_until("completed job pruned after a day", || async { env.store.get(done).await.unwrap().is_none() }).await;
+    wait_until("completed job pruned after a day", || async {
+        env.store.get(done).await.unwrap().is_none()
+    })
+    .await;
     assert!(env.store.get(bad).await.unwrap().is_some());
     assert!(env.store.get(cancelled).await.unwrap().is_some());
     env.clock.advance(Duration::from_secs(6 * 86_400));
     wait_until("discarded and cancelled pruned after a week", || async {
-        env.store.get(bad).await.unwrap().is_none() && env.store.get(cancelled).await.unwrap().is_none()
+        env.store.get(bad).await.unwrap().is_none()
+            && env.store.get(cancelled).await.unwrap().is_none()
     })
     .await;
-    assert!(env.store.get(waiting).await.unwrap().is_some(), "unfinished jobs are never pruned");
+    assert!(
+        env.store.get(waiting).await.unwrap().is_some(),
+        "unfinished jobs are never pruned"
+    );
     let _ = env.clock.now();
     running.shutdown(Duration::from_secs(5)).await;
 }

@@ -26,16 +26,26 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 impl Env {
     pub async fn new(backend: Backend) -> Env {
-        let _ = tracing_subscriber::fmt().with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ONUS_TEST_LOG").unwrap_or_else(|_| "off".into()),
-        ).with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("ONUS_TEST_LOG")
+                    .unwrap_or_else(|_| "off".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().expect("temp dir");
         let url = match backend {
             Backend::Sqlite => format!("sqlite://{}", dir.path().join("onus.db").display()),
         };
         let store = onus::open(&url).await.expect("open store");
         let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().expect("time"));
-        Env { backend, url, store, clock, _dir: dir }
+        Env {
+            backend,
+            url,
+            store,
+            clock,
+            _dir: dir,
+        }
     }
 
     /// A second, independent connection to the same database (as another process would have).
@@ -45,7 +55,9 @@ impl Env {
 
     /// A runtime builder on this env's store and clock, with fast intervals.
     pub fn builder(&self) -> Builder {
-        Onus::builder(self.store.clone()).clock(self.clock.clone()).options(fast_options())
+        Onus::builder(self.store.clone())
+            .clock(self.clock.clone())
+            .options(fast_options())
     }
 
     /// A client with no kinds registered (default policies).
@@ -78,12 +90,20 @@ impl Env {
     }
 
     pub async fn wait_state(&self, id: JobId, state: JobState) -> Job {
-        self.wait_job(id, &format!("state {state}"), |j| j.state == state).await
+        self.wait_job(id, &format!("state {state}"), |j| j.state == state)
+            .await
     }
 
     pub async fn count(&self, state: JobState) -> usize {
-        let f = JobFilter { states: vec![state], ..Default::default() };
-        self.store.list(&f, 1_000_000, None).await.expect("list").len()
+        let f = JobFilter {
+            states: vec![state],
+            ..Default::default()
+        };
+        self.store
+            .list(&f, 1_000_000, None)
+            .await
+            .expect("list")
+            .len()
     }
 }
 
@@ -107,7 +127,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !f().await {
-        assert!(tokio::time::Instant::now() < deadline, "never happened: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }

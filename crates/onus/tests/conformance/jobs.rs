@@ -12,7 +12,10 @@ use serde_json::json;
 use crate::harness::{wait_until, Env};
 
 fn policy(max: u32) -> Policy {
-    Policy { max_attempts: max, ..Policy::preset_default() }
+    Policy {
+        max_attempts: max,
+        ..Policy::preset_default()
+    }
 }
 
 pub async fn insert_and_complete(env: Env) {
@@ -31,7 +34,10 @@ pub async fn insert_and_complete(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let ins = client.insert(NewJob::new("greet", json!({"name": "Ada"}))).await.unwrap();
+    let ins = client
+        .insert(NewJob::new("greet", json!({"name": "Ada"})))
+        .await
+        .unwrap();
     assert!(ins.inserted);
     assert_eq!(ins.job.state, JobState::Available);
     assert_eq!(ins.job.max_attempts, 10);
@@ -58,16 +64,36 @@ pub async fn args_that_fail_to_decode_are_discarded_naming_the_field(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let bad = client.insert(NewJob::new("greet", json!({"name": "x", "count": "many"}))).await.unwrap().job;
-    let missing = client.insert(NewJob::new("greet", json!({"count": 2}))).await.unwrap().job;
-    let good = client.insert(NewJob::new("greet", json!({"name": "x", "count": 2}))).await.unwrap().job;
+    let bad = client
+        .insert(NewJob::new("greet", json!({"name": "x", "count": "many"})))
+        .await
+        .unwrap()
+        .job;
+    let missing = client
+        .insert(NewJob::new("greet", json!({"count": 2})))
+        .await
+        .unwrap()
+        .job;
+    let good = client
+        .insert(NewJob::new("greet", json!({"name": "x", "count": 2})))
+        .await
+        .unwrap()
+        .job;
     let running = onus.start();
     let bad = env.wait_state(bad.id, JobState::Discarded).await;
     assert_eq!(bad.discard_reason, Some(DiscardReason::Permanent));
     assert_eq!(bad.errors.len(), 1);
-    assert!(bad.errors[0].message.contains("count"), "{}", bad.errors[0].message);
+    assert!(
+        bad.errors[0].message.contains("count"),
+        "{}",
+        bad.errors[0].message
+    );
     let missing = env.wait_state(missing.id, JobState::Discarded).await;
-    assert!(missing.errors[0].message.contains("name"), "{}", missing.errors[0].message);
+    assert!(
+        missing.errors[0].message.contains("name"),
+        "{}",
+        missing.errors[0].message
+    );
     env.wait_state(good.id, JobState::Completed).await;
     running.shutdown(Duration::from_secs(5)).await;
 }
@@ -77,18 +103,28 @@ pub async fn retryable_error_waits_out_the_backoff(env: Env) {
     let c = calls.clone();
     let onus = env
         .builder()
-        .kind(Kind::new("flaky").policy(policy(5)).handler(move |_ctx: JobContext| {
-            let n = c.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if n == 0 {
-                    Err(std::io::Error::other("connection reset"))?;
-                }
-                Ok(())
-            }
-        }))
+        .kind(
+            Kind::new("flaky")
+                .policy(policy(5))
+                .handler(move |_ctx: JobContext| {
+                    let n = c.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n == 0 {
+                            Err(std::io::Error::other("connection reset"))?;
+                        }
+                        Ok(())
+                    }
+                }),
+        )
         .build()
         .unwrap();
-    let id = onus.client().insert(NewJob::new("flaky", json!({}))).await.unwrap().job.id;
+    let id = onus
+        .client()
+        .insert(NewJob::new("flaky", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let failed = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(failed.attempt, 1);
@@ -96,7 +132,10 @@ pub async fn retryable_error_waits_out_the_backoff(env: Env) {
     assert_eq!(failed.errors[0].class, EntryClass::Error);
     assert!(failed.errors[0].message.contains("connection reset"));
     let delay = (failed.run_at - env.clock_now()).to_std().unwrap();
-    assert!(delay >= Duration::from_millis(900) && delay <= Duration::from_millis(1100), "delay {delay:?}");
+    assert!(
+        delay >= Duration::from_millis(900) && delay <= Duration::from_millis(1100),
+        "delay {delay:?}"
+    );
     // Nothing runs before the backoff is over.
     env.clock.advance(Duration::from_millis(850));
     assert_eq!(env.job(id).await.state, JobState::Retryable);
@@ -112,21 +151,35 @@ pub async fn snooze_spends_no_attempt(env: Env) {
     let c = calls.clone();
     let onus = env
         .builder()
-        .kind(Kind::new("waits").policy(policy(1)).handler(move |_ctx: JobContext| {
-            let n = c.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if n < 2 {
-                    return Err(JobError::snooze_for(Duration::from_secs(30), "not yet"));
-                }
-                Ok(())
-            }
-        }))
+        .kind(
+            Kind::new("waits")
+                .policy(policy(1))
+                .handler(move |_ctx: JobContext| {
+                    let n = c.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n < 2 {
+                            return Err(JobError::snooze_for(Duration::from_secs(30), "not yet"));
+                        }
+                        Ok(())
+                    }
+                }),
+        )
         .build()
         .unwrap();
-    let id = onus.client().insert(NewJob::new("waits", json!({}))).await.unwrap().job.id;
+    let id = onus
+        .client()
+        .insert(NewJob::new("waits", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     for round in 1..=2u32 {
-        let j = env.wait_job(id, "snoozed again", |j| j.state == JobState::Snoozed && j.snoozes == round).await;
+        let j = env
+            .wait_job(id, "snoozed again", |j| {
+                j.state == JobState::Snoozed && j.snoozes == round
+            })
+            .await;
         assert_eq!(j.attempt, 0, "a snooze spends no attempt");
         assert_eq!(j.errors.last().unwrap().class, EntryClass::Snooze);
         assert_eq!(j.errors.last().unwrap().message, "not yet");
@@ -143,31 +196,53 @@ pub async fn snooze_spends_no_attempt(env: Env) {
 pub async fn discard_is_permanent(env: Env) {
     let onus = env
         .builder()
-        .kind(Kind::new("bad").handler(|_ctx: JobContext| async move { Err(JobError::discard("404 not found")) }))
+        .kind(
+            Kind::new("bad")
+                .handler(|_ctx: JobContext| async move { Err(JobError::discard("404 not found")) }),
+        )
         .build()
         .unwrap();
-    let id = onus.client().insert(NewJob::new("bad", json!({}))).await.unwrap().job.id;
+    let id = onus
+        .client()
+        .insert(NewJob::new("bad", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Discarded).await;
     assert_eq!(j.discard_reason, Some(DiscardReason::Permanent));
     assert_eq!(j.attempt, 1);
     assert_eq!(j.errors[0].class, EntryClass::Discard);
-    assert!(env.store.alerts(true, 10).await.unwrap().is_empty(), "a permanent failure raises no alert");
+    assert!(
+        env.store.alerts(true, 10).await.unwrap().is_empty(),
+        "a permanent failure raises no alert"
+    );
     running.shutdown(Duration::from_secs(5)).await;
 }
 
 pub async fn panic_counts_as_a_retryable_failure(env: Env) {
     let onus = env
         .builder()
-        .kind(Kind::new("boom").policy(policy(3)).handler(|_ctx: JobContext| async move {
-            if true {
-                panic!("index out of bounds");
-            }
-            Ok(())
-        }))
+        .kind(
+            Kind::new("boom")
+                .policy(policy(3))
+                .handler(|_ctx: JobContext| async move {
+                    if true {
+                        panic!("index out of bounds");
+                    }
+                    Ok(())
+                }),
+        )
         .build()
         .unwrap();
-    let id = onus.client().insert(NewJob::new("boom", json!({}))).await.unwrap().job.id;
+    let id = onus
+        .client()
+        .insert(NewJob::new("boom", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(j.attempt, 1);
@@ -177,33 +252,63 @@ pub async fn panic_counts_as_a_retryable_failure(env: Env) {
 }
 
 pub async fn timeout_counts_as_a_retryable_failure(env: Env) {
-    let p = Policy { timeout: Duration::from_millis(50), ..policy(3) };
+    let p = Policy {
+        timeout: Duration::from_millis(50),
+        ..policy(3)
+    };
     let onus = env
         .builder()
-        .kind(Kind::new("slow").policy(p).handler(|_ctx: JobContext| async move {
-            std::future::pending::<()>().await;
-            Ok(())
-        }))
+        .kind(
+            Kind::new("slow")
+                .policy(p)
+                .handler(|_ctx: JobContext| async move {
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }),
+        )
         .build()
         .unwrap();
-    let id = onus.client().insert(NewJob::new("slow", json!({}))).await.unwrap().job.id;
+    let id = onus
+        .client()
+        .insert(NewJob::new("slow", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(j.errors[0].class, EntryClass::Timeout);
-    assert!(j.errors[0].message.contains("50ms"), "{}", j.errors[0].message);
+    assert!(
+        j.errors[0].message.contains("50ms"),
+        "{}",
+        j.errors[0].message
+    );
     running.shutdown(Duration::from_secs(5)).await;
 }
 
 pub async fn unique_key_returns_the_unfinished_job(env: Env) {
-    let onus = env.builder().kind(Kind::new("idx").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let onus = env
+        .builder()
+        .kind(Kind::new("idx").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
     let client = onus.client();
-    let a = client.insert(NewJob::new("idx", json!({"v": 1})).unique_key("doc-1")).await.unwrap();
-    let b = client.insert(NewJob::new("idx", json!({"v": 2})).unique_key("doc-1")).await.unwrap();
+    let a = client
+        .insert(NewJob::new("idx", json!({"v": 1})).unique_key("doc-1"))
+        .await
+        .unwrap();
+    let b = client
+        .insert(NewJob::new("idx", json!({"v": 2})).unique_key("doc-1"))
+        .await
+        .unwrap();
     assert!(a.inserted && !b.inserted);
     assert_eq!(a.job.id, b.job.id);
     assert_eq!(b.job.args["v"], 1);
     // Another kind may use the same key.
-    let other = client.insert(NewJob::new("idx2", json!({})).unique_key("doc-1")).await.unwrap();
+    let other = client
+        .insert(NewJob::new("idx2", json!({})).unique_key("doc-1"))
+        .await
+        .unwrap();
     assert!(other.inserted);
     // A batch holding a duplicate of itself inserts once.
     let batch = client
@@ -218,7 +323,10 @@ pub async fn unique_key_returns_the_unfinished_job(env: Env) {
     let running = onus.start();
     env.wait_state(a.job.id, JobState::Completed).await;
     // Once finished, the key is free again.
-    let c = client.insert(NewJob::new("idx", json!({})).unique_key("doc-1")).await.unwrap();
+    let c = client
+        .insert(NewJob::new("idx", json!({})).unique_key("doc-1"))
+        .await
+        .unwrap();
     assert!(c.inserted);
     assert_ne!(c.job.id, a.job.id);
     running.shutdown(Duration::from_secs(5)).await;
@@ -231,17 +339,29 @@ pub async fn scheduled_jobs_wait_and_priorities_order(env: Env) {
         .builder()
         .queue("default", 1)
         .kind(Kind::new("p").handler(move |ctx: JobContext| {
-            o.lock().unwrap().push(ctx.job().args["n"].as_i64().unwrap());
+            o.lock()
+                .unwrap()
+                .push(ctx.job().args["n"].as_i64().unwrap());
             async { Ok(()) }
         }))
         .build()
         .unwrap();
     let client = onus.client();
-    let later = client.insert(NewJob::new("p", json!({"n": 0})).run_after(Duration::from_secs(3600))).await.unwrap();
+    let later = client
+        .insert(NewJob::new("p", json!({"n": 0})).run_after(Duration::from_secs(3600)))
+        .await
+        .unwrap();
     assert_eq!(later.job.state, JobState::Scheduled);
     let mut ids = Vec::new();
     for (n, prio) in [(3, 3), (1, 1), (2, 2), (4, 3)] {
-        ids.push(client.insert(NewJob::new("p", json!({"n": n})).priority(prio)).await.unwrap().job.id);
+        ids.push(
+            client
+                .insert(NewJob::new("p", json!({"n": n})).priority(prio))
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
     }
     let running = onus.start();
     for id in ids {
@@ -260,8 +380,14 @@ pub async fn queues_have_their_own_concurrency(env: Env) {
         now: AtomicUsize,
         max: AtomicUsize,
     }
-    let gauges: Arc<Vec<Gauge>> =
-        Arc::new((0..2).map(|_| Gauge { now: AtomicUsize::new(0), max: AtomicUsize::new(0) }).collect());
+    let gauges: Arc<Vec<Gauge>> = Arc::new(
+        (0..2)
+            .map(|_| Gauge {
+                now: AtomicUsize::new(0),
+                max: AtomicUsize::new(0),
+            })
+            .collect(),
+    );
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let (g, gt) = (gauges.clone(), gate.clone());
     let onus = env
@@ -285,7 +411,14 @@ pub async fn queues_have_their_own_concurrency(env: Env) {
     let mut ids = Vec::new();
     for i in 0..9 {
         let q = if i < 6 { "a" } else { "b" };
-        ids.push(client.insert(NewJob::new("w", json!({})).queue(q)).await.unwrap().job.id);
+        ids.push(
+            client
+                .insert(NewJob::new("w", json!({})).queue(q))
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
     }
     let running = onus.start();
     let (gg, e) = (gauges.clone(), &env);
@@ -307,26 +440,58 @@ pub async fn queues_have_their_own_concurrency(env: Env) {
 pub async fn batch_insert_is_all_or_nothing(env: Env) {
     let client = env.client();
     let err = client
-        .insert_many(vec![NewJob::new("ok", json!({})), NewJob::new("", json!({}))])
+        .insert_many(vec![
+            NewJob::new("ok", json!({})),
+            NewJob::new("", json!({})),
+        ])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("kind must not be empty"), "{err}");
     assert_eq!(env.count(JobState::Available).await, 0);
-    let rows = client.insert_many((0..500).map(|i| NewJob::new("ok", json!({"i": i}))).collect()).await.unwrap();
+    let rows = client
+        .insert_many(
+            (0..500)
+                .map(|i| NewJob::new("ok", json!({"i": i})))
+                .collect(),
+        )
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 500);
-    assert!(rows.windows(2).all(|w| w[0].job.id < w[1].job.id), "ids follow insertion order");
+    assert!(
+        rows.windows(2).all(|w| w[0].job.id < w[1].job.id),
+        "ids follow insertion order"
+    );
     assert_eq!(env.count(JobState::Available).await, 500);
 }
 
 pub async fn never_claims_unknown_kinds(env: Env) {
-    let onus = env.builder().kind(Kind::new("known").handler(|_c: JobContext| async { Ok(()) })).build().unwrap();
+    let onus = env
+        .builder()
+        .kind(Kind::new("known").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
     let client = onus.client();
-    let unknown = client.insert(NewJob::new("unknown", json!({}))).await.unwrap().job.id;
-    let known = client.insert(NewJob::new("known", json!({}))).await.unwrap().job.id;
+    let unknown = client
+        .insert(NewJob::new("unknown", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let known = client
+        .insert(NewJob::new("known", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     env.wait_state(known, JobState::Completed).await;
     env.clock.advance(Duration::from_secs(3600));
-    let k2 = client.insert(NewJob::new("known", json!({}))).await.unwrap().job.id;
+    let k2 = client
+        .insert(NewJob::new("known", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     env.wait_state(k2, JobState::Completed).await;
     let u = env.job(unknown).await;
     assert_eq!((u.state, u.attempt), (JobState::Available, 0));
@@ -334,15 +499,27 @@ pub async fn never_claims_unknown_kinds(env: Env) {
 }
 
 pub async fn exhausted_jobs_raise_an_alert(env: Env) {
-    let p = Policy { max_attempts: 2, backoff: Backoff::none(), ..Policy::preset_default() };
+    let p = Policy {
+        max_attempts: 2,
+        backoff: Backoff::none(),
+        ..Policy::preset_default()
+    };
     let onus = env
         .builder()
-        .kind(Kind::new("doomed").policy(p).handler(|_c: JobContext| async {
-            Err(JobError::retryable("upstream down"))
-        }))
+        .kind(
+            Kind::new("doomed")
+                .policy(p)
+                .handler(|_c: JobContext| async { Err(JobError::retryable("upstream down")) }),
+        )
         .build()
         .unwrap();
-    let id = onus.client().insert(NewJob::new("doomed", json!({}))).await.unwrap().job.id;
+    let id = onus
+        .client()
+        .insert(NewJob::new("doomed", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Discarded).await;
     assert_eq!(j.discard_reason, Some(DiscardReason::Exhausted));
@@ -351,7 +528,11 @@ pub async fn exhausted_jobs_raise_an_alert(env: Env) {
     assert_eq!(alerts.len(), 1);
     assert_eq!((alerts[0].job_id, alerts[0].kind.as_str()), (id, "doomed"));
     assert!(alerts[0].message.contains("upstream down"));
-    assert!(env.store.ack_alert(alerts[0].id, env.clock_now()).await.unwrap());
+    assert!(env
+        .store
+        .ack_alert(alerts[0].id, env.clock_now())
+        .await
+        .unwrap());
     assert!(env.store.alerts(false, 10).await.unwrap().is_empty());
     assert_eq!(env.store.alerts(true, 10).await.unwrap().len(), 1);
     running.shutdown(Duration::from_secs(5)).await;

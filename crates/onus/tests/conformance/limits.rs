@@ -16,26 +16,39 @@ async fn run_leased(env: Env, slots: u32, jobs: usize) {
     let onus = env
         .builder()
         .queue("default", jobs)
-        .kind(Kind::new("leased").lease_slots(slots).handler(move |_c: JobContext| {
-            let (n, m) = (n.clone(), m.clone());
-            async move {
-                let c = n.fetch_add(1, Ordering::SeqCst) + 1;
-                m.fetch_max(c, Ordering::SeqCst);
-                for _ in 0..20 {
-                    tokio::task::yield_now().await;
-                }
-                n.fetch_sub(1, Ordering::SeqCst);
-                Ok(())
-            }
-        }))
+        .kind(
+            Kind::new("leased")
+                .lease_slots(slots)
+                .handler(move |_c: JobContext| {
+                    let (n, m) = (n.clone(), m.clone());
+                    async move {
+                        let c = n.fetch_add(1, Ordering::SeqCst) + 1;
+                        m.fetch_max(c, Ordering::SeqCst);
+                        for _ in 0..20 {
+                            tokio::task::yield_now().await;
+                        }
+                        n.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                }),
+        )
         .build()
         .unwrap();
     let client = onus.client();
     let rows = client
-        .insert_many((0..jobs).map(|_| NewJob::new("leased", json!({})).lease_key("endpoint:1")).collect())
+        .insert_many(
+            (0..jobs)
+                .map(|_| NewJob::new("leased", json!({})).lease_key("endpoint:1"))
+                .collect(),
+        )
         .await
         .unwrap();
-    let free = client.insert(NewJob::new("leased", json!({})).lease_key("endpoint:2")).await.unwrap().job.id;
+    let free = client
+        .insert(NewJob::new("leased", json!({})).lease_key("endpoint:2"))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     let mut snoozes = 0;
     for r in &rows {
@@ -44,12 +57,23 @@ async fn run_leased(env: Env, slots: u32, jobs: usize) {
         snoozes += j.snoozes;
         if j.snoozes > 0 {
             assert_eq!(j.errors[0].class, EntryClass::Snooze);
-            assert!(j.errors[0].message.contains("endpoint:1"), "{}", j.errors[0].message);
+            assert!(
+                j.errors[0].message.contains("endpoint:1"),
+                "{}",
+                j.errors[0].message
+            );
         }
     }
     env.wait_state(free, JobState::Completed).await;
-    assert!(snoozes > 0, "with {jobs} jobs claimed together, some found the key busy");
-    assert!(max.load(Ordering::SeqCst) <= slots as usize, "at most {slots} at once; saw {}", max.load(Ordering::SeqCst));
+    assert!(
+        snoozes > 0,
+        "with {jobs} jobs claimed together, some found the key busy"
+    );
+    assert!(
+        max.load(Ordering::SeqCst) <= slots as usize,
+        "at most {slots} at once; saw {}",
+        max.load(Ordering::SeqCst)
+    );
     running.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -68,7 +92,8 @@ async fn rated(env: &Env, when_spent: WhenSpent) -> onus::Onus {
         .kind(Kind::new("mail").handler(move |ctx: JobContext| {
             let limit = limit.clone();
             async move {
-                ctx.take(&limit, ctx.job().args["to"].as_str().unwrap_or("")).await?;
+                ctx.take(&limit, ctx.job().args["to"].as_str().unwrap_or(""))
+                    .await?;
                 Ok(())
             }
         }))
@@ -82,16 +107,32 @@ pub async fn rate_window_snoozes_to_the_next_window(env: Env) {
     let client = onus.client();
     let mut ids = Vec::new();
     for _ in 0..3 {
-        ids.push(client.insert(NewJob::new("mail", json!({"to": "bob@example.com"}))).await.unwrap().job.id);
+        ids.push(
+            client
+                .insert(NewJob::new("mail", json!({"to": "bob@example.com"})))
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
     }
-    let other = client.insert(NewJob::new("mail", json!({"to": "eve@example.com"}))).await.unwrap().job.id;
+    let other = client
+        .insert(NewJob::new("mail", json!({"to": "eve@example.com"})))
+        .await
+        .unwrap()
+        .job
+        .id;
     let running = onus.start();
     env.wait_state(ids[0], JobState::Completed).await;
     env.wait_state(ids[1], JobState::Completed).await;
     env.wait_state(other, JobState::Completed).await;
     let j = env.wait_state(ids[2], JobState::Snoozed).await;
     assert_eq!(j.attempt, 0);
-    assert_eq!(j.run_at.to_rfc3339(), "2026-03-01T01:00:00+00:00", "snoozed to the next window");
+    assert_eq!(
+        j.run_at.to_rfc3339(),
+        "2026-03-01T01:00:00+00:00",
+        "snoozed to the next window"
+    );
     assert!(j.errors[0].message.contains("bob@example.com"));
     env.clock.advance_to(j.run_at);
     let j = env.wait_state(ids[2], JobState::Completed).await;
@@ -104,7 +145,14 @@ pub async fn rate_window_drops_on_purpose(env: Env) {
     let client = onus.client();
     let mut ids = Vec::new();
     for _ in 0..3 {
-        ids.push(client.insert(NewJob::new("mail", json!({"to": "owner-7"}))).await.unwrap().job.id);
+        ids.push(
+            client
+                .insert(NewJob::new("mail", json!({"to": "owner-7"})))
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
     }
     let running = onus.start();
     env.wait_state(ids[0], JobState::Completed).await;

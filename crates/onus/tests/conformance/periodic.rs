@@ -9,19 +9,28 @@ use crate::harness::{wait_until, Env};
 
 fn runtime(env: &Env, schedule: &str, fail: bool) -> onus::Onus {
     env.builder()
-        .kind(Kind::new("tick").policy(Policy::preset_periodic()).handler(move |_c: JobContext| async move {
-            if fail {
-                return Err(JobError::retryable("report server down"));
-            }
-            Ok(())
-        }))
-        .periodic(Periodic::new("hourly", schedule.parse::<Schedule>().unwrap(), NewJob::new("tick", json!({}))))
+        .kind(Kind::new("tick").policy(Policy::preset_periodic()).handler(
+            move |_c: JobContext| async move {
+                if fail {
+                    return Err(JobError::retryable("report server down"));
+                }
+                Ok(())
+            },
+        ))
+        .periodic(Periodic::new(
+            "hourly",
+            schedule.parse::<Schedule>().unwrap(),
+            NewJob::new("tick", json!({})),
+        ))
         .build()
         .unwrap()
 }
 
 async fn ticks(env: &Env) -> Vec<onus::Job> {
-    let f = JobFilter { kinds: vec!["tick".into()], ..Default::default() };
+    let f = JobFilter {
+        kinds: vec!["tick".into()],
+        ..Default::default()
+    };
     let mut v = env.store.list(&f, 1000, None).await.unwrap();
     v.reverse();
     v
@@ -43,18 +52,38 @@ pub async fn interval_enqueues_once_per_period_across_restarts(env: Env) {
     let b_rt = onus::Onus::builder(other_store)
         .clock(env.clock.clone())
         .options(crate::harness::fast_options())
-        .kind(Kind::new("tick").policy(Policy::preset_periodic()).handler(|_c: JobContext| async { Ok(()) }))
-        .periodic(Periodic::new("hourly", "every 1h".parse().unwrap(), NewJob::new("tick", json!({}))))
+        .kind(
+            Kind::new("tick")
+                .policy(Policy::preset_periodic())
+                .handler(|_c: JobContext| async { Ok(()) }),
+        )
+        .periodic(Periodic::new(
+            "hourly",
+            "every 1h".parse().unwrap(),
+            NewJob::new("tick", json!({})),
+        ))
         .build()
         .unwrap();
     let b = b_rt.start();
     wait_until("schedule registered", || async {
-        env.store.list_periodic().await.unwrap().first().and_then(|r| r.next_run_at).is_some()
+        env.store
+            .list_periodic()
+            .await
+            .unwrap()
+            .first()
+            .and_then(|r| r.next_run_at)
+            .is_some()
     })
     .await;
     let row = &env.store.list_periodic().await.unwrap()[0];
-    assert_eq!(row.next_run_at.unwrap().to_rfc3339(), "2026-03-01T01:00:00+00:00");
-    assert!(ticks(&env).await.is_empty(), "nothing runs before the first period");
+    assert_eq!(
+        row.next_run_at.unwrap().to_rfc3339(),
+        "2026-03-01T01:00:00+00:00"
+    );
+    assert!(
+        ticks(&env).await.is_empty(),
+        "nothing runs before the first period"
+    );
 
     env.clock.advance(Duration::from_secs(3600));
     let t = wait_ticks(&env, 1).await;
@@ -70,7 +99,10 @@ pub async fn interval_enqueues_once_per_period_across_restarts(env: Env) {
         // A probe that takes only an already-expired leadership: false once a live leader holds it.
         let now = env.clock_now();
         let expired = now - chrono::TimeDelta::microseconds(1);
-        !env.store.try_lead("onus", "probe", now, expired).await.unwrap()
+        !env.store
+            .try_lead("onus", "probe", now, expired)
+            .await
+            .unwrap()
     })
     .await;
     assert_eq!(ticks(&env).await.len(), 2);
@@ -86,15 +118,30 @@ pub async fn interval_enqueues_once_per_period_across_restarts(env: Env) {
     // The store refuses a second enqueue for a period already taken.
     let row = &env.store.list_periodic().await.unwrap()[0];
     let period = row.last_period_at.unwrap();
-    let job = env.client().prepare(NewJob::new("tick", json!({}))).unwrap();
-    assert_eq!(env.store.enqueue_period("hourly", period, period, job).await.unwrap(), None);
+    let job = env
+        .client()
+        .prepare(NewJob::new("tick", json!({})))
+        .unwrap();
+    assert_eq!(
+        env.store
+            .enqueue_period("hourly", period, period, job)
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 pub async fn cron_schedule_enqueues_at_its_time(env: Env) {
     let r = runtime(&env, "30 3 * * *", false).start();
-    wait_until("schedule registered", || async { !env.store.list_periodic().await.unwrap().is_empty() }).await;
+    wait_until("schedule registered", || async {
+        !env.store.list_periodic().await.unwrap().is_empty()
+    })
+    .await;
     assert_eq!(
-        env.store.list_periodic().await.unwrap()[0].next_run_at.unwrap().to_rfc3339(),
+        env.store.list_periodic().await.unwrap()[0]
+            .next_run_at
+            .unwrap()
+            .to_rfc3339(),
         "2026-03-01T03:30:00+00:00"
     );
     env.clock.advance(Duration::from_secs(3 * 3600));
@@ -103,25 +150,37 @@ pub async fn cron_schedule_enqueues_at_its_time(env: Env) {
     let t = wait_ticks(&env, 1).await;
     assert_eq!(t[0].max_attempts, 1);
     let row = &env.store.list_periodic().await.unwrap()[0];
-    assert_eq!(row.next_run_at.unwrap().to_rfc3339(), "2026-03-02T03:30:00+00:00");
+    assert_eq!(
+        row.next_run_at.unwrap().to_rfc3339(),
+        "2026-03-02T03:30:00+00:00"
+    );
     assert_eq!(row.last_job_id, Some(t[0].id));
     r.shutdown(Duration::from_secs(5)).await;
 }
 
 pub async fn periodic_failure_waits_for_the_next_period(env: Env) {
     let r = runtime(&env, "every 1h", true).start();
-    wait_until("schedule registered", || async { !env.store.list_periodic().await.unwrap().is_empty() }).await;
+    wait_until("schedule registered", || async {
+        !env.store.list_periodic().await.unwrap().is_empty()
+    })
+    .await;
     env.clock.advance(Duration::from_secs(3600));
     let t = wait_ticks(&env, 1).await;
     assert_eq!(t[0].state, JobState::Discarded, "one attempt, no retry");
     assert_eq!(t[0].attempt, 1);
     wait_until("failure recorded", || async {
-        env.store.list_periodic().await.unwrap()[0].last_error.is_some()
+        env.store.list_periodic().await.unwrap()[0]
+            .last_error
+            .is_some()
     })
     .await;
     let row = &env.store.list_periodic().await.unwrap()[0];
     assert_eq!(row.last_state.as_deref(), Some("discarded"));
-    assert!(row.last_error.as_deref().unwrap().contains("report server down"));
+    assert!(row
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("report server down"));
     assert!(row.last_failure_at.is_some());
     // Nothing more until the next period; then it runs again.
     assert_eq!(ticks(&env).await.len(), 1);

@@ -52,7 +52,9 @@ fn end_of(a: &Answer) -> AttemptEnd {
     match a {
         Answer::Success => AttemptEnd::Returned(Ok(())),
         Answer::Error => AttemptEnd::Returned(Err(JobError::retryable("boom"))),
-        Answer::Snooze(s) => AttemptEnd::Returned(Err(JobError::snooze_for(Duration::from_secs(*s), "later"))),
+        Answer::Snooze(s) => {
+            AttemptEnd::Returned(Err(JobError::snooze_for(Duration::from_secs(*s), "later")))
+        }
         Answer::Discard => AttemptEnd::Returned(Err(JobError::discard("bad request"))),
         Answer::Panic => AttemptEnd::Panicked("oops".into()),
         Answer::Timeout => AttemptEnd::TimedOut(Duration::from_secs(1)),
@@ -62,13 +64,22 @@ fn end_of(a: &Answer) -> AttemptEnd {
 async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let policy = Policy {
         max_attempts,
-        backoff: Backoff::schedule(vec![Duration::from_secs(10), Duration::from_secs(100), Duration::from_secs(1000)]),
+        backoff: Backoff::schedule(vec![
+            Duration::from_secs(10),
+            Duration::from_secs(100),
+            Duration::from_secs(1000),
+        ]),
         jitter: 0.1,
         ..Policy::preset_default()
     };
     let client = env.client();
     let kind = format!("k{}", rand_suffix());
-    let id = client.insert(NewJob::new(kind.clone(), json!({})).max_attempts(max_attempts)).await.unwrap().job.id;
+    let id = client
+        .insert(NewJob::new(kind.clone(), json!({})).max_attempts(max_attempts))
+        .await
+        .unwrap()
+        .job
+        .id;
     let mut manual_retries = 0;
     for step in steps {
         let before = env.job(id).await;
@@ -88,8 +99,15 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                     .await
                     .unwrap();
                 let due = before.state.is_waiting() && before.run_at <= now;
-                prop_assert_eq!(claimed.len(), usize::from(due), "claimed exactly when due: {:?}", before.state);
-                let Some(job) = claimed.into_iter().next() else { continue };
+                prop_assert_eq!(
+                    claimed.len(),
+                    usize::from(due),
+                    "claimed exactly when due: {:?}",
+                    before.state
+                );
+                let Some(job) = claimed.into_iter().next() else {
+                    continue;
+                };
                 prop_assert_eq!(job.attempt, before.attempt + 1);
                 let end = match &step {
                     Step::Run(a) => end_of(a),
@@ -99,7 +117,12 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                 if let onus::outcome::Transition::Retry { run_at, .. } = &t {
                     let wait = (*run_at - now).to_std().unwrap();
                     let nominal = policy.nominal_delay(job.attempt);
-                    prop_assert!(wait >= nominal.mul_f64(0.9) && wait <= nominal.mul_f64(1.1), "delay {:?} vs {:?}", wait, nominal);
+                    prop_assert!(
+                        wait >= nominal.mul_f64(0.9) && wait <= nominal.mul_f64(1.1),
+                        "delay {:?} vs {:?}",
+                        wait,
+                        nominal
+                    );
                 }
                 let f = Finish {
                     id,
@@ -122,14 +145,21 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                 let r = env.store.retry(&JobFilter::id(id), now).await;
                 let retryable = matches!(
                     before.state,
-                    JobState::Discarded | JobState::Cancelled | JobState::Retryable | JobState::Scheduled | JobState::Snoozed
+                    JobState::Discarded
+                        | JobState::Cancelled
+                        | JobState::Retryable
+                        | JobState::Scheduled
+                        | JobState::Snoozed
                 );
                 prop_assert_eq!(r.is_ok(), retryable);
                 if retryable {
                     manual_retries += 1;
                     let after = env.job(id).await;
                     prop_assert_eq!(after.state, JobState::Available);
-                    prop_assert!(after.max_attempts > after.attempt, "a manual retry allows one more attempt");
+                    prop_assert!(
+                        after.max_attempts > after.attempt,
+                        "a manual retry allows one more attempt"
+                    );
                 }
             }
             Step::Cancel => {
@@ -139,15 +169,31 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
             Step::Advance(s) => env.clock.advance(Duration::from_secs(*s)),
         }
         let after = env.job(id).await;
-        prop_assert!(after.attempt <= after.max_attempts, "attempt {} > max {}", after.attempt, after.max_attempts);
+        prop_assert!(
+            after.attempt <= after.max_attempts,
+            "attempt {} > max {}",
+            after.attempt,
+            after.max_attempts
+        );
         if manual_retries == 0 {
-            prop_assert_eq!(after.max_attempts, max_attempts, "only a manual retry raises max_attempts");
+            prop_assert_eq!(
+                after.max_attempts,
+                max_attempts,
+                "only a manual retry raises max_attempts"
+            );
         }
         if before.state.is_finished() && !matches!(step, Step::ManualRetry) {
-            prop_assert_eq!(after.state, before.state, "a finished job changes only by manual retry");
+            prop_assert_eq!(
+                after.state,
+                before.state,
+                "a finished job changes only by manual retry"
+            );
             prop_assert_eq!(after.attempt, before.attempt);
         }
-        if after.state == JobState::Discarded && after.attempt >= after.max_attempts && after.discard_reason == Some(onus::DiscardReason::Exhausted) {
+        if after.state == JobState::Discarded
+            && after.attempt >= after.max_attempts
+            && after.discard_reason == Some(onus::DiscardReason::Exhausted)
+        {
             prop_assert_eq!(after.errors.last().map(|e| e.attempt), Some(after.attempt));
         }
     }
@@ -161,10 +207,16 @@ fn rand_suffix() -> u64 {
 pub async fn state_machine_invariants(env: Env) {
     let handle = tokio::runtime::Handle::current();
     tokio::task::block_in_place(|| {
-        let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
+        let mut runner = TestRunner::new(Config {
+            cases: 48,
+            failure_persistence: None,
+            ..Config::default()
+        });
         let strategy = (1u32..6, proptest::collection::vec(step(), 1..40));
         runner
-            .run(&strategy, |(max, steps)| handle.block_on(run_case(&env, max, steps)))
+            .run(&strategy, |(max, steps)| {
+                handle.block_on(run_case(&env, max, steps))
+            })
             .unwrap();
     });
 }
