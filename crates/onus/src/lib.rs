@@ -41,3 +41,8 @@ pub mod sqlite {
 
 /// The queue a job runs in when neither its insert nor its kind names one.
 pub const DEFAULT_QUEUE: &str = "default";
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
