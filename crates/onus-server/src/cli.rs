@@ -36,6 +36,19 @@ pub enum Command {
     /// Show retry policies and the schedule each implies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Show periodic jobs: schedule, last run, last failure, next run.
+    #[command(subcommand)]
+    Periodic(PeriodicCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PeriodicCommand {
+    /// List every periodic job the database knows.
+    List {
+        /// Print JSON, one schedule per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,6 +161,18 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 );
             } else {
                 print!("{}", describe_policy(&name, &origin, &policy));
+            }
+            Ok(())
+        }
+        Command::Periodic(PeriodicCommand::List { json }) => {
+            let store = onus::open(&url).await.map_err(|e| e.to_string())?;
+            let rows = store.list_periodic().await.map_err(|e| e.to_string())?;
+            if json {
+                for r in &rows {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", periodic_table(&rows));
             }
             Ok(())
         }
@@ -384,6 +409,35 @@ fn show(j: &Job) -> String {
             e.attempt,
             class,
             e.message
+        );
+    }
+    s
+}
+
+fn periodic_table(rows: &[onus::store::PeriodicRow]) -> String {
+    let mut s = format!(
+        "{:<20}  {:<18}  {:<20}  {:<23}  {:<10}  {:<23}  {}\n",
+        "NAME", "KIND", "SCHEDULE", "LAST RUN", "LAST STATE", "NEXT RUN", "LAST FAILURE"
+    );
+    for r in rows {
+        let failure = match (&r.last_failure_at, &r.last_error) {
+            (Some(at), Some(e)) => format!(
+                "{}: {}",
+                ts(Some(*at)),
+                e.chars().take(60).collect::<String>()
+            ),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            s,
+            "{:<20}  {:<18}  {:<20}  {:<23}  {:<10}  {:<23}  {}",
+            r.name,
+            r.kind,
+            r.schedule,
+            ts(r.last_run_at),
+            r.last_state.as_deref().unwrap_or("-"),
+            ts(r.next_run_at),
+            failure
         );
     }
     s

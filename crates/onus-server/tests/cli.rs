@@ -42,6 +42,8 @@ fn every_command_has_help() {
         vec!["jobs", "cancel", "--help"],
         vec!["policy", "--help"],
         vec!["policy", "show", "--help"],
+        vec!["periodic", "--help"],
+        vec!["periodic", "list", "--help"],
     ] {
         let o = onus(dir.path(), &cmd);
         assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
@@ -220,6 +222,8 @@ async fn jobs_commands_list_show_retry_and_cancel() {
     assert!(stderr(&o).contains("already finished"), "{}", stderr(&o));
     let o = run(&["jobs", "show", "999"]);
     assert!(stderr(&o).contains("no job with id 999"), "{}", stderr(&o));
+    let out = stdout(&run(&["periodic", "list"]));
+    assert!(out.starts_with("NAME"), "{out}");
     let o = run(&["jobs", "list", "--state", "sleeping"]);
     assert!(stderr(&o).contains("unknown job state"), "{}", stderr(&o));
 }

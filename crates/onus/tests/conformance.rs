@@ -17,6 +17,8 @@ mod jobs;
 mod limits;
 #[path = "conformance/periodic.rs"]
 mod periodic;
+#[path = "conformance/sqlite_only.rs"]
+mod sqlite_only;
 #[path = "conformance/state_machine.rs"]
 mod state_machine;
 #[path = "conformance/timelines.rs"]
@@ -87,6 +89,8 @@ macro_rules! suite {
                 rescuer_ignores_unknown_kinds,
                 graceful_shutdown_returns_jobs_unspent,
                 sigkill_loses_no_job,
+                confirmed_inserts_survive_a_crash,
+                cancel_from_another_process_reaches_the_handler,
                 many_workers_complete_each_job_exactly_once,
                 retention_prunes_finished_jobs,
             ],
@@ -104,6 +108,6 @@ suite!(sqlite => Sqlite);
 #[test]
 fn child_worker_process() {
     if let Ok(url) = std::env::var("ONUS_CHILD_URL") {
-        durability::child_worker_main(&url);
+        durability::child_main(&url, &std::env::var("ONUS_CHILD_MODE").unwrap_or_default());
     }
 }

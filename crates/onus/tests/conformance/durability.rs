@@ -183,6 +183,7 @@ pub async fn sigkill_loses_no_job(env: Env) {
             "--test-threads=1",
         ])
         .env("ONUS_CHILD_URL", &env.url)
+        .env("ONUS_CHILD_MODE", "hold")
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -228,8 +229,31 @@ pub async fn sigkill_loses_no_job(env: Env) {
 
 pub const CHILD_LEASE_SECS: i64 = 60;
 
-/// The body of the child process that `sigkill_loses_no_job` kills: it holds 20 jobs forever.
-pub fn child_worker_main(url: &str) {
+/// The body of the child processes the tests kill: `hold` holds 20 running jobs forever;
+/// `insert` inserts jobs one by one and prints each id once the insert is confirmed.
+pub fn child_main(url: &str, mode: &str) {
+    if mode == "insert" {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client = Onus::builder(onus::open(url).await.unwrap())
+                .build()
+                .unwrap()
+                .client();
+            let mut out = std::io::stdout();
+            for i in 0.. {
+                let id = client
+                    .insert(NewJob::new("durable", json!({"i": i})))
+                    .await
+                    .unwrap()
+                    .job
+                    .id;
+                use std::io::Write;
+                writeln!(out, "confirmed {id}").unwrap();
+                out.flush().unwrap();
+            }
+        });
+        return;
+    }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = onus::open(url).await.unwrap();
@@ -363,5 +387,75 @@ pub async fn retention_prunes_finished_jobs(env: Env) {
         "unfinished jobs are never pruned"
     );
     let _ = env.clock.now();
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn confirmed_inserts_survive_a_crash(env: Env) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_worker_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ONUS_CHILD_URL", &env.url)
+        .env("ONUS_CHILD_MODE", "insert")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut confirmed = Vec::new();
+    while confirmed.len() < 300 {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the child died early");
+        if let Some(id) = line.strip_prefix("confirmed ") {
+            confirmed.push(id.parse::<i64>().unwrap());
+        }
+    }
+    child.start_kill().unwrap(); // SIGKILL, mid-insert
+    child.wait().await.unwrap();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(id) = line.strip_prefix("confirmed ") {
+            confirmed.push(id.parse::<i64>().unwrap());
+        }
+    }
+    let store = env.reopen().await;
+    for id in &confirmed {
+        let j = store.get(*id).await.unwrap();
+        assert!(
+            j.is_some_and(|j| j.state == JobState::Available),
+            "confirmed job {id} was lost"
+        );
+    }
+}
+
+pub async fn cancel_from_another_process_reaches_the_handler(env: Env) {
+    let onus = env
+        .builder()
+        .kind(Kind::new("long").handler(|ctx: JobContext| async move {
+            ctx.cancelled().await;
+            Err(onus::JobError::retryable("interrupted"))
+        }))
+        .build()
+        .unwrap();
+    let id = onus
+        .client()
+        .insert(NewJob::new("long", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let running = onus.start();
+    env.wait_state(id, JobState::Running).await;
+    // Another process (the CLI, say) shares only the database.
+    let other = Onus::builder(env.reopen().await).build().unwrap().client();
+    assert_eq!(other.cancel(id).await.unwrap().requested, vec![id]);
+    let j = env.wait_state(id, JobState::Cancelled).await;
+    assert_eq!(j.errors.last().unwrap().class, EntryClass::Cancelled);
     running.shutdown(Duration::from_secs(5)).await;
 }

@@ -26,6 +26,7 @@ use crate::outcome::Transition;
 pub use rusqlite;
 
 const MIGRATIONS: &[&str] = &[include_str!("001_jobs.sql")];
+const CLAIM_SQL: &str = include_str!("claim.sql");
 
 /// How hard a commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -598,30 +599,17 @@ impl Store for SqliteStore {
         let kinds =
             serde_json::to_string(&req.kinds).map_err(|e| StoreError::Query(e.to_string()))?;
         self.write(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?1,
-                        lease_owner = ?2, lease_expires_at = ?3, cancel_requested = 0
-                     WHERE id IN (
-                        SELECT id FROM (
-                            SELECT id, priority, run_at FROM (
-                                SELECT id, priority, run_at FROM onus_jobs
-                                WHERE state = 'available' AND queue = ?4 AND kind IN (SELECT value FROM json_each(?5))
-                                ORDER BY priority, run_at, id LIMIT ?6)
-                            UNION ALL
-                            SELECT id, priority, run_at FROM (
-                                SELECT id, priority, run_at FROM onus_jobs
-                                WHERE state IN ('scheduled', 'retryable', 'snoozed') AND queue = ?4 AND run_at <= ?1
-                                  AND kind IN (SELECT value FROM json_each(?5))
-                                ORDER BY run_at LIMIT ?6)
-                        ) ORDER BY priority, run_at, id LIMIT ?6
-                     )
-                     RETURNING {JOB_COLS}"
-                ))
-                .map_err(q)?;
+            let mut stmt = conn.prepare_cached(CLAIM_SQL).map_err(q)?;
             let mut jobs = stmt
                 .query_map(
-                    params![us(req.now), req.owner, us(req.lease_until), req.queue, kinds, req.limit as i64],
+                    params![
+                        us(req.now),
+                        req.owner,
+                        us(req.lease_until),
+                        req.queue,
+                        kinds,
+                        req.limit as i64
+                    ],
                     job_from_row,
                 )
                 .map_err(q)?
