@@ -31,6 +31,9 @@ use crate::outcome::JobResult;
 use crate::policy::PolicyOverride;
 use crate::store::{Finish, Retention, Store};
 
+/// Concurrency of a queue nobody configured.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+
 /// Tuning knobs; the defaults suit most deployments.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -204,7 +207,9 @@ impl Builder {
         self.kind(Kind::of::<A>().typed(f))
     }
 
-    /// Runs queue `name` with at most `concurrency` jobs at once in this process.
+    /// Runs queue `name` with at most `concurrency` jobs at once in this process. Without any
+    /// call, `default` runs with 10; the default queue of every handled kind always runs (with 10
+    /// unless set here).
     pub fn queue(mut self, name: impl Into<String>, concurrency: usize) -> Self {
         self.queues.insert(name.into(), concurrency.max(1));
         self
@@ -260,7 +265,11 @@ impl Builder {
             }
         }
         if self.queues.is_empty() {
-            self.queues.insert(crate::DEFAULT_QUEUE.to_string(), 10);
+            self.queues.insert(crate::DEFAULT_QUEUE.to_string(), DEFAULT_CONCURRENCY);
+        }
+        // A handled kind's default queue always runs here, or its jobs would wait forever.
+        for k in self.kinds.values().filter(|k| k.handler.is_some()) {
+            self.queues.entry(k.queue.clone()).or_insert(DEFAULT_CONCURRENCY);
         }
         let owner = format!(
             "{}:{}:{:08x}",

@@ -94,7 +94,9 @@ impl SqliteOptions {
 }
 
 type Deliver = Box<dyn FnOnce(Option<&str>) + Send>;
-type Work = Box<dyn FnOnce(&Connection) -> Deliver + Send>;
+/// A queued write: run on the writer's connection inside the batch transaction, or (given `None`,
+/// when no transaction could be begun) fail without running.
+type Work = Box<dyn FnOnce(Option<&Connection>) -> Deliver + Send>;
 
 /// The SQLite store.
 #[derive(Debug)]
@@ -214,8 +216,11 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let work: Work = Box::new(move |conn: &Connection| {
-            let r = in_savepoint(conn, f);
+        let work: Work = Box::new(move |conn: Option<&Connection>| {
+            let r = match conn {
+                Some(conn) => in_savepoint(conn, f),
+                None => Err(StoreError::Query("no write transaction could be begun".into())),
+            };
             Box::new(move |commit_err: Option<&str>| {
                 let r = match commit_err {
                     None => r,
@@ -284,13 +289,13 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize) {
     while let Ok(first) = rx.recv() {
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
             let msg = format!("cannot begin a write transaction: {e}");
-            first(&conn)(Some(&msg));
+            first(None)(Some(&msg));
             continue;
         }
-        delivers.push(first(&conn));
+        delivers.push(first(Some(&conn)));
         while delivers.len() < max_batch {
             match rx.try_recv() {
-                Ok(w) => delivers.push(w(&conn)),
+                Ok(w) => delivers.push(w(Some(&conn))),
                 Err(_) => break,
             }
         }
