@@ -265,11 +265,14 @@ impl Builder {
             }
         }
         if self.queues.is_empty() {
-            self.queues.insert(crate::DEFAULT_QUEUE.to_string(), DEFAULT_CONCURRENCY);
+            self.queues
+                .insert(crate::DEFAULT_QUEUE.to_string(), DEFAULT_CONCURRENCY);
         }
         // A handled kind's default queue always runs here, or its jobs would wait forever.
         for k in self.kinds.values().filter(|k| k.handler.is_some()) {
-            self.queues.entry(k.queue.clone()).or_insert(DEFAULT_CONCURRENCY);
+            self.queues
+                .entry(k.queue.clone())
+                .or_insert(DEFAULT_CONCURRENCY);
         }
         let owner = format!(
             "{}:{}:{:08x}",

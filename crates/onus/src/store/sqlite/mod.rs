@@ -219,7 +219,9 @@ impl SqliteStore {
         let work: Work = Box::new(move |conn: Option<&Connection>| {
             let r = match conn {
                 Some(conn) => in_savepoint(conn, f),
-                None => Err(StoreError::Query("no write transaction could be begun".into())),
+                None => Err(StoreError::Query(
+                    "no write transaction could be begun".into(),
+                )),
             };
             Box::new(move |commit_err: Option<&str>| {
                 let r = match commit_err {
