@@ -18,8 +18,11 @@ use crate::job::NewJob;
 use crate::outcome::{decide, AttemptEnd};
 use crate::store::Finish;
 
-/// The name of the leadership that periodic jobs and retention need.
+/// The leadership that retention needs (any process may hold it).
 pub(crate) const LEADER: &str = "onus";
+/// The leadership that enqueues periodic jobs, contended only by processes that define some:
+/// every process that defines periodic jobs should define the same set.
+pub(crate) const PERIODIC_LEADER: &str = "onus.periodic";
 
 /// Renews the leases of this process's running jobs and delivers cancel requests made elsewhere.
 pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
@@ -78,7 +81,9 @@ pub(crate) async fn rescuer(
                         &mut rand::thread_rng(),
                     );
                     let release = job.lease_key.clone();
-                    let _ = finish.send(finish_of(&shared, &job, t, release));
+                    let mut f = finish_of(&shared, &job, t, release);
+                    f.expired_before = Some(now); // unless a heartbeat renewed it meanwhile
+                    let _ = finish.send(f);
                 }
             }
             Err(e) => tracing::error!(error = %e, "rescuer cannot read expired leases"),
@@ -94,50 +99,66 @@ pub(crate) async fn rescuer(
 /// Leader election, then (as leader) periodic enqueues and retention.
 pub(crate) async fn leader(shared: Arc<Shared>, stop: CancellationToken) {
     let mut jumps = shared.clock.jumps();
-    let mut leading = false;
+    let mut retention = Leadership::new(LEADER);
+    let mut periodic = Leadership::new(PERIODIC_LEADER);
     let mut last_prune: Option<Instant> = None;
-    let mut registered = false;
+    let mut registered = shared.periodics.is_empty();
     loop {
-        let now = shared.clock.now();
         if !registered {
             registered = register_periodics(&shared).await;
         }
-        match shared
-            .store
-            .try_lead(
-                LEADER,
-                &shared.owner,
-                now,
-                add(now, shared.options.leader_ttl),
-            )
-            .await
-        {
-            Ok(l) => {
-                if l != leading {
-                    tracing::info!(owner = %shared.owner, leading = l, "leadership changed");
-                }
-                leading = l;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "leader election failed");
-                leading = false;
-            }
-        }
-        if leading {
-            if registered {
-                enqueue_due_periods(&shared).await;
-            }
+        if retention.hold(&shared).await {
             let due = last_prune.is_none_or(|t| t.elapsed() >= shared.options.prune_interval);
             if due {
                 prune(&shared).await;
                 last_prune = Some(Instant::now());
             }
         }
+        // Only processes that define periodic jobs contend for enqueuing them.
+        if !shared.periodics.is_empty() && registered && periodic.hold(&shared).await {
+            enqueue_due_periods(&shared).await;
+        }
         tokio::select! {
             _ = tokio::time::sleep(shared.options.maintenance_interval) => {}
             _ = jumped(&mut jumps) => { last_prune = None; }
             _ = stop.cancelled() => return,
         }
+    }
+}
+
+/// One named leadership, taken and renewed through the store with a lease.
+struct Leadership {
+    name: &'static str,
+    leading: bool,
+}
+
+impl Leadership {
+    fn new(name: &'static str) -> Self {
+        Leadership {
+            name,
+            leading: false,
+        }
+    }
+
+    async fn hold(&mut self, shared: &Shared) -> bool {
+        let now = shared.clock.now();
+        let until = add(now, shared.options.leader_ttl);
+        let l = match shared
+            .store
+            .try_lead(self.name, &shared.owner, now, until)
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(leadership = self.name, error = %e, "leader election failed");
+                false
+            }
+        };
+        if l != self.leading {
+            tracing::info!(leadership = self.name, owner = %shared.owner, leading = l, "leadership changed");
+        }
+        self.leading = l;
+        l
     }
 }
 

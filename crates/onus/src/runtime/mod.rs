@@ -450,11 +450,9 @@ impl Running {
         let _ = self.finisher.await;
         self.heartbeat_stop.cancel();
         let _ = self.heartbeat.await;
-        let _ = self
-            .shared
-            .store
-            .resign(maintenance::LEADER, &self.shared.owner)
-            .await;
+        for name in [maintenance::LEADER, maintenance::PERIODIC_LEADER] {
+            let _ = self.shared.store.resign(name, &self.shared.owner).await;
+        }
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts down with `grace`.

@@ -227,6 +227,16 @@ pub(crate) fn finish_of(
     transition: Transition,
     release_lease: Option<String>,
 ) -> Finish {
+    let periodic = super::periodic_name_of(job.unique_key.as_deref());
+    // A periodic job's failure waits for the next period and shows on its schedule: no alert.
+    let transition = match transition {
+        Transition::Discard { reason, entry, .. } if periodic.is_some() => Transition::Discard {
+            reason,
+            entry,
+            alert: false,
+        },
+        t => t,
+    };
     Finish {
         id: job.id,
         owner: job
@@ -237,7 +247,8 @@ pub(crate) fn finish_of(
         transition,
         now: shared.clock.now(),
         release_lease,
-        periodic: super::periodic_name_of(job.unique_key.as_deref()),
+        periodic,
+        expired_before: None,
     }
 }
 

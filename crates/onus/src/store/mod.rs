@@ -112,6 +112,8 @@ pub struct Finish {
     pub release_lease: Option<String>,
     /// The periodic schedule this job belongs to, to record its result.
     pub periodic: Option<String>,
+    /// For a rescue: apply only if the lease (as renewed by heartbeats) expired before this time.
+    pub expired_before: Option<Timestamp>,
 }
 
 /// Which jobs an action or a listing applies to. Empty lists match everything.

@@ -100,7 +100,7 @@ pub async fn interval_enqueues_once_per_period_across_restarts(env: Env) {
         let now = env.clock_now();
         let expired = now - chrono::TimeDelta::microseconds(1);
         !env.store
-            .try_lead("onus", "probe", now, expired)
+            .try_lead("onus.periodic", "probe", now, expired)
             .await
             .unwrap()
     })

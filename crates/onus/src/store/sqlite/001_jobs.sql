@@ -19,7 +19,8 @@ CREATE TABLE onus_jobs (
     lease_key        TEXT,
     lease_owner      TEXT,
     lease_expires_at INTEGER,
-    cancel_requested INTEGER NOT NULL DEFAULT 0
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    lease_wait       INTEGER NOT NULL DEFAULT 0
 );
 
 -- Claims read only these two partial indexes, so their cost never grows with finished jobs.
@@ -33,8 +34,8 @@ CREATE INDEX onus_jobs_finalized ON onus_jobs (state, finalized_at) WHERE finali
 -- Unique keys hold while a job is unfinished.
 CREATE UNIQUE INDEX onus_jobs_unique ON onus_jobs (kind, unique_key)
     WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled');
--- Jobs snoozed behind a busy lease key, woken when it frees.
-CREATE INDEX onus_jobs_lease_waiters ON onus_jobs (lease_key, run_at) WHERE lease_key IS NOT NULL AND state = 'snoozed';
+-- Jobs snoozed behind a busy lease key (lease_wait = 1), woken when a slot frees.
+CREATE INDEX onus_jobs_lease_waiters ON onus_jobs (lease_key, run_at) WHERE state = 'snoozed' AND lease_wait = 1;
 -- Listing by kind.
 CREATE INDEX onus_jobs_kind ON onus_jobs (kind, id);
 

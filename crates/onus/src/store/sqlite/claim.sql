@@ -3,7 +3,7 @@
 -- jobs whose run_at has passed, oldest first) merged by priority: never a scan of finished jobs.
 UPDATE onus_jobs
 SET state = 'running', attempt = attempt + 1, attempted_at = ?1,
-    lease_owner = ?2, lease_expires_at = ?3, cancel_requested = 0
+    lease_owner = ?2, lease_expires_at = ?3, cancel_requested = 0, lease_wait = 0
 WHERE id IN (
     SELECT id FROM (
         SELECT id, priority, run_at FROM (

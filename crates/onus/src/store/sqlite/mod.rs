@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use super::*;
 use crate::clock::{from_micros, Timestamp};
-use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId};
+use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId, JobState};
 use crate::outcome::Transition;
 
 pub use rusqlite;
@@ -443,7 +443,27 @@ fn entry_json(e: &HistoryEntry) -> StoreResult<String> {
 fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
     const GUARD: &str = "WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND attempt = ?3";
     let now = us(f.now);
-    let n = match &f.transition {
+    // The writer holds the write lock: nothing changes between this read and the write below.
+    let held: Option<(bool, Option<i64>)> = conn
+        .prepare_cached(&format!(
+            "SELECT cancel_requested, lease_expires_at FROM onus_jobs {GUARD}"
+        ))
+        .map_err(q)?
+        .query_row(params![f.id, f.owner, f.attempt], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
+        .map_err(q)?;
+    let Some((cancel_requested, lease_expires_at)) = held else {
+        return Ok(false); // the lease was lost: a newer owner decides
+    };
+    if let Some(before) = f.expired_before {
+        if lease_expires_at.is_none_or(|e| e >= us(before)) {
+            return Ok(false); // renewed since the rescuer looked: the job is alive
+        }
+    }
+    let transition = cancel_if_requested(&f.transition, cancel_requested, f.now, f.attempt);
+    let n = match &transition {
         Transition::Complete => conn
             .prepare_cached(&format!(
                 "UPDATE onus_jobs SET state = 'completed', finalized_at = ?4, lease_owner = NULL, lease_expires_at = NULL {GUARD}"
@@ -492,7 +512,7 @@ fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
     }
     if let Transition::Discard {
         alert: true, entry, ..
-    } = &f.transition
+    } = &transition
     {
         conn.prepare_cached(
             "INSERT INTO onus_alerts (job_id, kind, message, created_at) SELECT id, kind, ?2, ?3 FROM onus_jobs WHERE id = ?1",
@@ -505,7 +525,7 @@ fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
         release_lease(conn, key, f.id, now)?;
     }
     if let Some(name) = &f.periodic {
-        let (state, failure): (&str, Option<&str>) = match &f.transition {
+        let (state, failure): (&str, Option<&str>) = match &transition {
             Transition::Complete => ("completed", None),
             Transition::Retry { entry, .. } => ("retryable", Some(&entry.message)),
             Transition::Discard { entry, .. } => ("discarded", Some(&entry.message)),
@@ -526,6 +546,33 @@ fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
     Ok(true)
 }
 
+/// A job asked to cancel ends cancelled instead of waiting to run again.
+fn cancel_if_requested(
+    t: &Transition,
+    requested: bool,
+    now: Timestamp,
+    attempt: u32,
+) -> Transition {
+    let cancelled = |message: String| Transition::Cancel {
+        entry: HistoryEntry {
+            at: now,
+            attempt,
+            class: EntryClass::Cancelled,
+            message,
+        },
+    };
+    match t {
+        Transition::Retry { entry, .. } | Transition::Snooze { entry, .. } if requested => {
+            cancelled(format!(
+                "cancelled by request (the attempt ended: {})",
+                entry.message
+            ))
+        }
+        Transition::Return if requested => cancelled("cancelled by request".into()),
+        t => t.clone(),
+    }
+}
+
 fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreResult<()> {
     let freed = conn
         .prepare_cached("DELETE FROM onus_leases WHERE key = ?1 AND job_id = ?2")
@@ -533,14 +580,16 @@ fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreRes
         .execute(params![key, job])
         .map_err(q)?;
     if freed > 0 {
-        // Wake the job that has waited longest for this key.
+        // Wake the job that has waited longest for this key; only jobs waiting for the lease (a
+        // job snoozed for its own reasons keeps its time).
         conn.prepare_cached(
             "UPDATE onus_jobs SET run_at = ?2 WHERE id = (
-                SELECT id FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' ORDER BY run_at, id LIMIT 1
+                SELECT id FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' AND lease_wait = 1
+                AND id != ?3 ORDER BY run_at, id LIMIT 1
              ) AND run_at > ?2",
         )
         .map_err(q)?
-        .execute(params![key, now])
+        .execute(params![key, now, job])
         .map_err(q)?;
     }
     Ok(())
@@ -576,19 +625,35 @@ fn refs(p: &[Box<dyn ToSql + Send>]) -> Vec<&dyn ToSql> {
     p.iter().map(|b| b.as_ref() as &dyn ToSql).collect()
 }
 
+/// Why a single-job retry or cancel did nothing, as an error the caller can act on.
 fn explain_refusal(conn: &Connection, f: &JobFilter, action: &str) -> StoreResult<()> {
-    if let [id] = f.ids.as_slice() {
-        if f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty() {
-            return match get_job(conn, *id)? {
-                None => Err(StoreError::NotFound(*id)),
-                Some(j) => Err(StoreError::Conflict(format!(
-                    "job {id} is {}; it cannot be {action}",
-                    j.state
-                ))),
-            };
+    let [id] = f.ids.as_slice() else {
+        return Ok(());
+    };
+    if !(f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty()) {
+        return Ok(());
+    }
+    let Some(j) = get_job(conn, *id)? else {
+        return Err(StoreError::NotFound(*id));
+    };
+    if action == "retried" && j.state != JobState::Completed && j.state != JobState::Running {
+        if let Some(key) = &j.unique_key {
+            return Err(StoreError::Conflict(format!(
+                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
+                j.kind
+            )));
         }
     }
-    Ok(())
+    let why = match action {
+        "retried" => {
+            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried"
+        }
+        _ => "it is already finished",
+    };
+    Err(StoreError::Conflict(format!(
+        "job {id} is {}; it cannot be {action}: {why}",
+        j.state
+    )))
 }
 
 #[async_trait]
@@ -640,6 +705,14 @@ impl Store for SqliteStore {
                 .map_err(q)?
                 .execute(params![owner, us(lease_until)])
                 .map_err(q)?;
+            // The lease-key slots these jobs hold last as long as the jobs' own leases.
+            conn.prepare_cached(
+                "UPDATE onus_leases SET busy_until = ?2 WHERE busy_until < ?2 AND job_id IN
+                 (SELECT id FROM onus_jobs WHERE state = 'running' AND lease_owner = ?1)",
+            )
+            .map_err(q)?
+            .execute(params![owner, us(lease_until)])
+            .map_err(q)?;
             let ids = conn
                 .prepare_cached(
                     "SELECT id FROM onus_jobs WHERE state = 'running' AND lease_owner = ?1 AND cancel_requested = 1",
@@ -693,6 +766,9 @@ impl Store for SqliteStore {
                     finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
                     cancel_requested = 0
                  WHERE state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed'){}
+                   AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
+                        WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
+                          AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
                  RETURNING id",
                 filter_sql(&filter, &mut p)
             );
@@ -711,7 +787,7 @@ impl Store for SqliteStore {
                     e => q(e),
                 })?;
             if ids.is_empty() {
-                explain_refusal(conn, &filter, "retried (only discarded, cancelled, retryable, scheduled and snoozed jobs can)")?;
+                explain_refusal(conn, &filter, "retried")?;
             }
             Ok(ids)
         })
@@ -734,17 +810,19 @@ impl Store for SqliteStore {
                 .map_err(q)?
                 .collect::<rusqlite::Result<Vec<JobId>>>()
                 .map_err(q)?;
+            let mut p2: Vec<Box<dyn ToSql + Send>> = Vec::new();
             let sql = format!(
-                "UPDATE onus_jobs SET cancel_requested = 1 WHERE state = 'running' AND cancel_requested = 0 {cond} RETURNING id"
+                "UPDATE onus_jobs SET cancel_requested = 1 WHERE state = 'running'{} RETURNING id",
+                filter_sql(&filter, &mut p2)
             );
             let mut stmt = conn.prepare(&sql).map_err(q)?;
             let requested = stmt
-                .query_map(refs(&p).as_slice(), |r| r.get(0))
+                .query_map(refs(&p2).as_slice(), |r| r.get(0))
                 .map_err(q)?
                 .collect::<rusqlite::Result<Vec<JobId>>>()
                 .map_err(q)?;
             if cancelled.is_empty() && requested.is_empty() {
-                explain_refusal(conn, &filter, "cancelled (it is already finished)")?;
+                explain_refusal(conn, &filter, "cancelled")?;
             }
             Ok(CancelOutcome { cancelled, requested })
         })
@@ -831,8 +909,14 @@ impl Store for SqliteStore {
                         now,
                         release_lease: None,
                         periodic: None,
+                        expired_before: None,
                     };
-                    finish_one(conn, &snooze)?;
+                    if finish_one(conn, &snooze)? {
+                        conn.prepare_cached("UPDATE onus_jobs SET lease_wait = 1 WHERE id = ?1 AND state = 'snoozed'")
+                            .map_err(q)?
+                            .execute([job])
+                            .map_err(q)?;
+                    }
                     Ok(LeaseDecision::Busy(from_micros(free_at)))
                 }
             }
