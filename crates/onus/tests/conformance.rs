@@ -67,12 +67,16 @@ macro_rules! suite {
                 cancel_running_job_signals_the_handler,
                 bulk_cancel_acts_on_every_matching_job,
                 retry_and_cancel_refuse_with_a_reason,
+                cancel_with_no_filter_cancels_everything_waiting,
+                a_cancel_requested_elsewhere_wins_over_a_failed_attempt,
             ],
             limits: [
                 lease_key_runs_one_at_a_time,
                 lease_key_allows_n_slots,
                 rate_window_snoozes_to_the_next_window,
                 rate_window_drops_on_purpose,
+                lease_slot_outlives_its_ttl_while_the_holder_runs,
+                a_handler_snooze_on_a_leased_job_keeps_its_time,
             ],
             periodic: [
                 interval_enqueues_once_per_period_across_restarts,

@@ -194,11 +194,19 @@ async fn enqueue_due_periods(shared: &Shared) {
         let Some(row) = rows.iter().find(|r| r.name == p.name) else {
             continue;
         };
-        let Some(period) = row.next_run_at else {
+        let Some(mut period) = row.next_run_at else {
             continue;
         };
         if period > now {
             continue;
+        }
+        // Periods missed while no process ran are caught up once, as the latest of them.
+        for _ in 0..1_000_000 {
+            let n = p.schedule.next_after(period);
+            if n > now {
+                break;
+            }
+            period = n;
         }
         let next = p.schedule.next_after(now);
         let job: NewJob = p

@@ -193,3 +193,70 @@ pub async fn retry_and_cancel_refuse_with_a_reason(env: Env) {
     }
     running.shutdown(Duration::from_secs(5)).await;
 }
+
+pub async fn cancel_with_no_filter_cancels_everything_waiting(env: Env) {
+    let client = env.client();
+    client
+        .insert_many(
+            (0..20)
+                .map(|i| NewJob::new(format!("k{}", i % 3), json!({})))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let out = client.cancel_where(&JobFilter::default()).await.unwrap();
+    assert_eq!(out.cancelled.len(), 20);
+    assert_eq!(env.count(JobState::Cancelled).await, 20);
+}
+
+pub async fn a_cancel_requested_elsewhere_wins_over_a_failed_attempt(env: Env) {
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let onus = env
+        .builder()
+        .options(onus::Options {
+            heartbeat_interval: Duration::from_secs(3600),
+            ..crate::harness::fast_options()
+        })
+        .kind(Kind::new("stubborn").handler(move |_ctx: JobContext| {
+            let g = g.clone();
+            async move {
+                g.notified().await; // ignores the cancellation signal
+                Err(JobError::retryable("upstream said 503"))
+            }
+        }))
+        .build()
+        .unwrap();
+    let id = onus
+        .client()
+        .insert(NewJob::new("stubborn", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let running = onus.start();
+    env.wait_state(id, JobState::Running).await;
+    // Another process asks to cancel; no heartbeat carries it here before the attempt fails.
+    let other = onus::Onus::builder(env.reopen().await)
+        .build()
+        .unwrap()
+        .client();
+    assert_eq!(other.cancel(id).await.unwrap().requested, vec![id]);
+    assert_eq!(
+        other.cancel(id).await.unwrap().requested,
+        vec![id],
+        "asking twice is no error"
+    );
+    gate.notify_one();
+    let j = env.wait_state(id, JobState::Cancelled).await;
+    assert!(
+        j.errors
+            .last()
+            .unwrap()
+            .message
+            .contains("upstream said 503"),
+        "{:?}",
+        j.errors
+    );
+    running.shutdown(Duration::from_secs(5)).await;
+}

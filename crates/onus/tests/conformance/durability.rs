@@ -56,7 +56,27 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
             .unwrap(),
         onus::store::LeaseDecision::Acquired
     );
+    // A second job whose process died longer ago: once it is rescued, the rescuer has looked.
+    let older = client
+        .insert(NewJob::new("k", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let now = env.clock_now();
+    env.store
+        .claim(ClaimRequest {
+            queue: "default".into(),
+            kinds: vec!["k".into()],
+            limit: 1,
+            owner: "dead-long-ago".into(),
+            now,
+            lease_until: now - chrono::TimeDelta::seconds(1),
+        })
+        .await
+        .unwrap();
     let running = onus.start();
+    env.wait_state(older, JobState::Retryable).await;
     assert_eq!(
         env.job(id).await.state,
         JobState::Running,
@@ -73,6 +93,15 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
         j.attempt, 2,
         "the lost attempt counted, then the job ran again"
     );
+    // The dead process's lease-key slot was released with the rescue.
+    let same_key = client
+        .insert(NewJob::new("k", json!({})).lease_key("ep"))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let j = env.wait_state(same_key, JobState::Completed).await;
+    assert_eq!(j.snoozes, 0);
     running.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -163,3 +163,87 @@ pub async fn rate_window_drops_on_purpose(env: Env) {
     assert!(j.errors[0].message.contains("dropped on purpose"));
     running.shutdown(Duration::from_secs(5)).await;
 }
+
+pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let onus = env
+        .builder()
+        .kind(Kind::new("slow").handler(move |ctx: JobContext| {
+            let g = g.clone();
+            async move {
+                if ctx.job().args["hold"] == true {
+                    g.notified().await;
+                }
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let holder = client
+        .insert(NewJob::new("slow", json!({"hold": true})).lease_key("ep"))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let running = onus.start();
+    let before = env.wait_state(holder, JobState::Running).await;
+    // Far past the lease TTL: the heartbeat renews the job's lease and its slot together.
+    env.clock.advance(Duration::from_secs(120));
+    let moved = env.clock_now();
+    env.wait_job(holder, "lease renewed after the clock moved", |j| {
+        j.lease_expires_at.is_some_and(|t| t > moved)
+            && j.lease_expires_at != before.lease_expires_at
+    })
+    .await;
+    let waiter = client
+        .insert(NewJob::new("slow", json!({})).lease_key("ep"))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let w = env
+        .wait_job(waiter, "snoozed behind the holder", |j| j.snoozes == 1)
+        .await;
+    assert_eq!(
+        w.state,
+        JobState::Snoozed,
+        "the slot is still held: no second job runs"
+    );
+    gate.notify_one();
+    env.wait_state(holder, JobState::Completed).await;
+    let w = env.wait_state(waiter, JobState::Completed).await;
+    assert_eq!(w.attempt, 1);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+pub async fn a_handler_snooze_on_a_leased_job_keeps_its_time(env: Env) {
+    let onus = env
+        .builder()
+        .kind(Kind::new("limited").handler(|_c: JobContext| async {
+            Err(onus::JobError::snooze_for(
+                Duration::from_secs(3600),
+                "429 Retry-After: 3600",
+            ))
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let id = client
+        .insert(NewJob::new("limited", json!({})).lease_key("ep"))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let running = onus.start();
+    let j = env.wait_state(id, JobState::Snoozed).await;
+    assert_eq!(
+        j.run_at,
+        env.clock_now() + chrono::TimeDelta::seconds(3600),
+        "releasing the lease did not wake it"
+    );
+    running.shutdown(Duration::from_secs(5)).await;
+    let j = env.job(id).await;
+    assert_eq!((j.state, j.attempt), (JobState::Snoozed, 0));
+}

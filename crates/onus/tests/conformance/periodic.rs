@@ -113,7 +113,19 @@ pub async fn interval_enqueues_once_per_period_across_restarts(env: Env) {
     let d = runtime(&env, "every 1h", false).start();
     let t = wait_ticks(&env, 3).await;
     assert_eq!(t.len(), 3);
+    let row = &env.store.list_periodic().await.unwrap()[0];
+    assert_eq!(
+        row.last_period_at.unwrap().to_rfc3339(),
+        "2026-03-01T07:00:00+00:00",
+        "the latest missed period"
+    );
+    assert_eq!(
+        row.next_run_at.unwrap().to_rfc3339(),
+        "2026-03-01T08:00:00+00:00",
+        "then the next one to come"
+    );
     d.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(ticks(&env).await.len(), 3);
 
     // The store refuses a second enqueue for a period already taken.
     let row = &env.store.list_periodic().await.unwrap()[0];
