@@ -58,18 +58,27 @@ pub fn bindir() -> Result<PathBuf, PgError> {
         .collect();
     found.sort();
     found.pop().ok_or_else(|| {
-        err("no PostgreSQL server binaries found (pg_config --bindir, /usr/lib/postgresql/*/bin); \
-             install Debian's postgresql-15 package or set ONUS_PG_BINDIR")
+        err(
+            "no PostgreSQL server binaries found (pg_config --bindir, /usr/lib/postgresql/*/bin); \
+             install Debian's postgresql-15 package or set ONUS_PG_BINDIR",
+        )
     })
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
 }
 
 fn free_port() -> Result<u16, PgError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("no free loopback port: {e}")))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| err(e.to_string()))
+    let l =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("no free loopback port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| err(e.to_string()))
 }
 
 impl PgCluster {
@@ -77,14 +86,32 @@ impl PgCluster {
     pub fn start() -> Result<PgCluster, PgError> {
         let bindir = bindir()?;
         let as_postgres = is_root();
-        let dir = tempfile::Builder::new().prefix("onus-pg-").tempdir().map_err(|e| err(e.to_string()))?;
+        let dir = tempfile::Builder::new()
+            .prefix("onus-pg-")
+            .tempdir()
+            .map_err(|e| err(e.to_string()))?;
         if as_postgres {
             chown_postgres(dir.path())?;
         }
-        let c = PgCluster { dir, bindir, port: free_port()?, as_postgres };
+        let c = PgCluster {
+            dir,
+            bindir,
+            port: free_port()?,
+            as_postgres,
+        };
         c.run(
             "initdb",
-            &["-D", &c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
+            &[
+                "-D",
+                &c.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
         )?;
         c.pg_ctl_start()?;
         c.watchdog();
@@ -94,7 +121,9 @@ impl PgCluster {
     /// The process-wide shared cluster, started on first use.
     pub fn shared() -> &'static PgCluster {
         static SHARED: OnceLock<PgCluster> = OnceLock::new();
-        SHARED.get_or_init(|| PgCluster::start().unwrap_or_else(|e| panic!("cannot start PostgreSQL for tests: {e}")))
+        SHARED.get_or_init(|| {
+            PgCluster::start().unwrap_or_else(|e| panic!("cannot start PostgreSQL for tests: {e}"))
+        })
     }
 
     fn data(&self) -> String {
@@ -149,10 +178,27 @@ impl PgCluster {
             self.port
         );
         let log = self.dir.path().join("server.log").display().to_string();
-        let r = self.run("pg_ctl", &["-D", &self.data(), "-l", &log, "-o", &opts, "-w", "-t", "60", "start"]);
+        let r = self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-o",
+                &opts,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
         if r.is_err() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(err(format!("{}\nserver log:\n{text}", r.err().map(|e| e.0).unwrap_or_default())));
+            return Err(err(format!(
+                "{}\nserver log:\n{text}",
+                r.err().map(|e| e.0).unwrap_or_default()
+            )));
         }
         Ok(())
     }
@@ -169,13 +215,20 @@ impl PgCluster {
 
     /// Kills the server at once, as a crash would (immediate shutdown: recovery runs at restart).
     pub fn crash(&self) -> Result<(), PgError> {
-        self.run("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"])
+        self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        )
     }
 
     /// Creates a new empty database and returns its URL.
     pub async fn fresh_database(&self) -> Result<String, PgError> {
         static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!("onus_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+        let name = format!(
+            "onus_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
         let (client, conn) = tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls)
             .await
             .map_err(|e| err(format!("cannot connect to the test cluster: {e}")))?;
@@ -193,7 +246,10 @@ impl PgCluster {
     fn watchdog(&self) {
         let pg_ctl = self.bindir.join("pg_ctl").display().to_string();
         let stop = if self.as_postgres {
-            format!("runuser -u postgres -- {pg_ctl} -D {} -m immediate stop", self.data())
+            format!(
+                "runuser -u postgres -- {pg_ctl} -D {} -m immediate stop",
+                self.data()
+            )
         } else {
             format!("{pg_ctl} -D {} -m immediate stop", self.data())
         };
@@ -213,7 +269,10 @@ impl PgCluster {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        let _ = self.run("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+        let _ = self.run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        );
     }
 }
 
@@ -224,7 +283,10 @@ fn chown_postgres(path: &Path) -> Result<(), PgError> {
         .status()
         .map_err(|e| err(format!("cannot run chown: {e}")))?;
     if !status.success() {
-        return Err(err(format!("cannot give {} to the postgres user", path.display())));
+        return Err(err(format!(
+            "cannot give {} to the postgres user",
+            path.display()
+        )));
     }
     Ok(())
 }

@@ -5,7 +5,9 @@
 use onus_testkit::PgCluster;
 
 async fn query_one(url: &str, sql: &str) -> String {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
     tokio::spawn(conn);
     client.query_one(sql, &[]).await.unwrap().get(0)
 }
@@ -20,7 +22,12 @@ async fn a_cluster_starts_with_durable_settings_and_restarts() {
     assert_eq!(query_one(&a, "SHOW fsync").await, "on");
     assert_eq!(query_one(&a, "SHOW synchronous_commit").await, "on");
     pg.stop().unwrap();
-    assert!(tokio_postgres::connect(&a, tokio_postgres::NoTls).await.is_err());
+    assert!(tokio_postgres::connect(&a, tokio_postgres::NoTls)
+        .await
+        .is_err());
     pg.restart().unwrap();
-    assert_eq!(query_one(&b, "SELECT current_database()::text").await, b.rsplit('/').next().unwrap());
+    assert_eq!(
+        query_one(&b, "SELECT current_database()::text").await,
+        b.rsplit('/').next().unwrap()
+    );
 }

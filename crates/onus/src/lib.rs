@@ -34,6 +34,11 @@ pub use runtime::{
 };
 pub use store::{open, JobFilter, Store, StoreError};
 
+/// The PostgreSQL store and the in-transaction insert for applications that share its database.
+pub mod postgres {
+    pub use crate::store::postgres::{deadpool_postgres, insert_tx, tokio_postgres, PostgresStore};
+}
+
 /// The SQLite store and the in-transaction insert for applications that share its file.
 pub mod sqlite {
     pub use crate::store::sqlite::{insert_tx, rusqlite, Durability, SqliteOptions, SqliteStore};

@@ -106,6 +106,7 @@ macro_rules! suite {
 }
 
 suite!(sqlite => Sqlite);
+suite!(postgres => Postgres);
 
 /// Not a test of its own: the child process of `durability::sigkill_loses_no_job` (the test binary
 /// runs itself with `ONUS_CHILD_URL` set). Without that variable it returns at once.

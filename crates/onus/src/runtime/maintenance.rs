@@ -260,3 +260,26 @@ async fn prune(shared: &Shared) {
         }
     }
 }
+
+/// Forwards notices from other processes (PostgreSQL's NOTIFY) to this process's workers.
+pub(crate) async fn notices(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut rx = match shared.store.listen().await {
+        Ok(Some(rx)) => rx,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for notices; relying on polling");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            n = rx.recv() => match n {
+                Some(crate::store::Notice::Jobs(queue)) => shared.hub.wake(&queue),
+                Some(crate::store::Notice::Cancel(id)) => { shared.hub.cancel_running(id); }
+                Some(crate::store::Notice::Reconnected) => shared.hub.wake_all(),
+                None => return,
+            },
+            _ = stop.cancelled() => return,
+        }
+    }
+}

@@ -395,6 +395,10 @@ impl Onus {
             shared.clone(),
             stop.clone(),
         )));
+        tasks.push(tokio::spawn(maintenance::notices(
+            shared.clone(),
+            stop.clone(),
+        )));
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = tokio::spawn(maintenance::heartbeat(
             shared.clone(),

@@ -16,6 +16,7 @@ use crate::clock::Timestamp;
 use crate::job::{Job, JobId, JobState};
 use crate::outcome::Transition;
 
+pub mod postgres;
 pub mod sqlite;
 
 /// A storage failure, with what to do about it.
@@ -43,6 +44,17 @@ pub enum StoreError {
 
 /// Result alias for stores.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A notice from another process sharing the database (PostgreSQL's LISTEN/NOTIFY).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Jobs became due in this queue.
+    Jobs(String),
+    /// A cancel was asked for this running job.
+    Cancel(JobId),
+    /// The notice connection was lost and is back: notices may have been missed.
+    Reconnected,
+}
 
 /// A job ready to write: every default resolved by the client.
 #[derive(Debug, Clone, PartialEq)]
@@ -360,6 +372,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Job counts per state, kind and queue.
     async fn counts(&self) -> StoreResult<Vec<CountRow>>;
+
+    /// Notices from other processes, where the backend has them (`None` for SQLite, where
+    /// workers poll). The stream ends when the receiver is dropped.
+    async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {
+        Ok(None)
+    }
 }
 
 /// Opens the store a URL names: `sqlite://path/to/file.db` (created if missing).
@@ -368,9 +386,8 @@ pub async fn open(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
         let opts = sqlite::SqliteOptions::from_url(url)?;
         Ok(std::sync::Arc::new(sqlite::SqliteStore::open(opts).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Err(StoreError::BadUrl(
-            "PostgreSQL support is not built yet in this version; use sqlite://path/to/onus.db"
-                .into(),
+        Ok(std::sync::Arc::new(
+            postgres::PostgresStore::open(url).await?,
         ))
     } else {
         Err(StoreError::BadUrl(format!(

@@ -10,6 +10,7 @@ use onus::{Builder, Job, JobFilter, JobId, JobState, ManualClock, Onus, Options,
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
+    Postgres,
 }
 
 /// One test's world: a fresh database, a manual clock, fast maintenance intervals.
@@ -36,6 +37,10 @@ impl Env {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = match backend {
             Backend::Sqlite => format!("sqlite://{}", dir.path().join("onus.db").display()),
+            Backend::Postgres => onus_testkit::PgCluster::shared()
+                .fresh_database()
+                .await
+                .expect("database"),
         };
         let store = onus::open(&url).await.expect("open store");
         let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().expect("time"));

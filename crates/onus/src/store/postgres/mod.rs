@@ -1,0 +1,1301 @@
+//! The PostgreSQL store: the scale-out engine. Any number of processes on any number of machines
+//! share one database and cooperate.
+//!
+//! - Claims lock rows with `FOR UPDATE SKIP LOCKED` inside one `UPDATE ... RETURNING`, so claimers
+//!   never wait on each other and never take the same job.
+//! - Inserts (and manual retries, and lease releases) send `NOTIFY onus_jobs, '<queue>'` with the
+//!   transaction; idle workers wake within milliseconds. Polling stays as the fallback.
+//! - Cancel requests send `NOTIFY onus_cancel, '<id>'`, so a running job hears it at once.
+//! - Lease-key slots are serialized per key with a transaction-scoped advisory lock, so a release
+//!   can never slip between a busy check and the waiter's snooze.
+//!
+//! Every instant comes from the caller's clock; SQL never calls `now()`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, GenericClient, NoTls, Row};
+
+use super::*;
+use crate::clock::Timestamp;
+use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId, JobState};
+use crate::outcome::Transition;
+
+pub use deadpool_postgres;
+pub use tokio_postgres;
+
+const MIGRATIONS: &[&str] = &[include_str!("001_jobs.sql")];
+const CLAIM_SQL: &str = include_str!("claim.sql");
+/// Advisory lock key held while migrating ("onus" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6f6e_7573;
+
+const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
+    attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
+    lease_expires_at, cancel_requested";
+
+/// The PostgreSQL store.
+#[derive(Debug)]
+pub struct PostgresStore {
+    pool: Pool,
+    config: tokio_postgres::Config,
+    shown_url: String,
+}
+
+/// A PostgreSQL error with the server's message, detail and hint.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = format!("{}: {}", db.severity(), db.message());
+            if let Some(d) = db.detail() {
+                s.push_str(&format!(" ({d})"));
+            }
+            if let Some(h) = db.hint() {
+                s.push_str(&format!("; hint: {h}"));
+            }
+            s
+        }
+        None => {
+            let mut s = e.to_string();
+            let mut cur = std::error::Error::source(e);
+            while let Some(c) = cur {
+                s.push_str(&format!(": {c}"));
+                cur = c.source();
+            }
+            s
+        }
+    }
+}
+
+fn q(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Query(describe(&e))
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => {
+            StoreError::Query(format!("cannot reach PostgreSQL: {}", describe(&e)))
+        }
+        e => StoreError::Query(format!("cannot reach PostgreSQL: {e}")),
+    }
+}
+
+/// The URL with its password hidden.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+fn job_from(r: &Row) -> StoreResult<Job> {
+    let bad =
+        |what: &str, e: String| StoreError::Query(format!("a stored job has a bad {what}: {e}"));
+    let state: String = r.get(5);
+    let errors: serde_json::Value = r.get(12);
+    let reason: Option<String> = r.get(14);
+    Ok(Job {
+        id: r.get(0),
+        kind: r.get(1),
+        queue: r.get(2),
+        args: r.get(3),
+        priority: r.get(4),
+        state: state.parse().map_err(|e| bad("state", e))?,
+        attempt: r.get::<_, i32>(6) as u32,
+        max_attempts: r.get::<_, i32>(7) as u32,
+        run_at: r.get(8),
+        created_at: r.get(9),
+        attempted_at: r.get(10),
+        finalized_at: r.get(11),
+        errors: serde_json::from_value(errors).map_err(|e| bad("history", e.to_string()))?,
+        snoozes: r.get::<_, i32>(13) as u32,
+        discard_reason: reason
+            .map(|s| DiscardReason::from_str(&s))
+            .transpose()
+            .map_err(|e| bad("discard reason", e))?,
+        unique_key: r.get(15),
+        lease_key: r.get(16),
+        lease_owner: r.get(17),
+        lease_expires_at: r.get(18),
+        cancel_requested: r.get(19),
+    })
+}
+
+fn jobs_from(rows: &[Row]) -> StoreResult<Vec<Job>> {
+    rows.iter().map(job_from).collect()
+}
+
+fn entry_json(e: &HistoryEntry) -> StoreResult<serde_json::Value> {
+    serde_json::to_value(e).map_err(|e| StoreError::Query(e.to_string()))
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user:password@host:port/database`), checks the connection,
+    /// and applies the schema. The error names what is wrong (address, credentials, database).
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let shown_url = redact(url);
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            StoreError::BadUrl(format!(
+                "{shown_url} is not a PostgreSQL URL ({}); write it like postgres://user:password@host:5432/database",
+                describe(&e)
+            ))
+        })?;
+        let mgr = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(32)
+            .build()
+            .map_err(|e| StoreError::Open(format!("cannot set up a connection pool: {e}")))?;
+        let client = pool.get().await.map_err(|e| {
+            let why = match &e {
+                deadpool_postgres::PoolError::Backend(e) => describe(e),
+                e => e.to_string(),
+            };
+            StoreError::Open(format!(
+                "cannot connect to PostgreSQL at {shown_url}: {why}; check the host, port, user, password and database in ONUS_DATABASE_URL"
+            ))
+        })?;
+        migrate(&client).await.map_err(|e| {
+            StoreError::Open(format!("cannot apply the schema at {shown_url}: {e}"))
+        })?;
+        drop(client);
+        Ok(PostgresStore {
+            pool,
+            config,
+            shown_url,
+        })
+    }
+
+    /// The database URL with its password hidden.
+    pub fn url(&self) -> &str {
+        &self.shown_url
+    }
+
+    async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
+        self.pool.get().await.map_err(pool_err)
+    }
+}
+
+async fn migrate(client: &deadpool_postgres::Object) -> StoreResult<()> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(q)?;
+    let r = async {
+        client
+            .batch_execute("CREATE TABLE IF NOT EXISTS onus_schema (version integer NOT NULL)")
+            .await
+            .map_err(q)?;
+        let version: i32 = client
+            .query_opt("SELECT version FROM onus_schema", &[])
+            .await
+            .map_err(q)?
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        if version as usize > MIGRATIONS.len() {
+            return Err(StoreError::Open(format!(
+                "the database has schema version {version}, newer than this Onus knows ({}); upgrade Onus",
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let v = (i + 1) as i32;
+            let stmt = format!(
+                "BEGIN; {sql}; DELETE FROM onus_schema; INSERT INTO onus_schema (version) VALUES ({v}); COMMIT;"
+            );
+            if let Err(e) = client.batch_execute(&stmt).await {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(StoreError::Open(format!("migration {v} failed: {}", describe(&e))));
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let _ = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    r
+}
+
+/// Inserts one job through `client`, which may be the caller's own open transaction: the job
+/// commits with the caller's writes or not at all (the outbox). Idle workers are notified when
+/// the transaction commits.
+///
+/// ```no_run
+/// # async fn demo(client: &onus::Client, db: &mut onus::postgres::tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let tx = db.transaction().await?;
+/// tx.execute("INSERT INTO orders (id, total) VALUES ($1, $2)", &[&42i64, &1999i64]).await?;
+/// let row = client.prepare(onus::NewJob::new("receipt.send", serde_json::json!({"order": 42})))?;
+/// onus::postgres::insert_tx(&tx, row).await?;
+/// tx.commit().await?; // the order and its job, or neither
+/// # Ok(()) }
+/// ```
+pub async fn insert_tx(client: &impl GenericClient, row: InsertRow) -> StoreResult<Inserted> {
+    let out = insert_rows(client, &[row]).await?;
+    out.into_iter()
+        .next()
+        .ok_or_else(|| StoreError::Query("nothing was inserted".into()))
+}
+
+async fn insert_rows(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<Vec<Inserted>> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut i = 0;
+    while i < rows.len() {
+        if rows[i].unique_key.is_some() {
+            out.push(insert_unique(c, &rows[i]).await?);
+            i += 1;
+            continue;
+        }
+        let end = rows[i..]
+            .iter()
+            .position(|r| r.unique_key.is_some())
+            .map_or(rows.len(), |p| i + p);
+        out.extend(insert_bulk(c, &rows[i..end]).await?);
+        i = end;
+    }
+    let mut queues: Vec<&str> = out
+        .iter()
+        .filter(|r| r.inserted && r.job.state == JobState::Available)
+        .map(|r| r.job.queue.as_str())
+        .collect();
+    queues.sort_unstable();
+    queues.dedup();
+    if !queues.is_empty() {
+        c.execute(
+            "SELECT pg_notify('onus_jobs', q) FROM unnest($1::text[]) AS q",
+            &[&queues],
+        )
+        .await
+        .map_err(q)?;
+    }
+    Ok(out)
+}
+
+async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<Vec<Inserted>> {
+    let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+    let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
+    let args: Vec<&serde_json::Value> = rows.iter().map(|r| &r.args).collect();
+    let prios: Vec<i16> = rows.iter().map(|r| r.priority).collect();
+    let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+    let maxes: Vec<i32> = rows.iter().map(|r| r.max_attempts as i32).collect();
+    let run_ats: Vec<Timestamp> = rows.iter().map(|r| r.run_at).collect();
+    let created: Vec<Timestamp> = rows.iter().map(|r| r.created_at).collect();
+    let lease_keys: Vec<Option<&str>> = rows.iter().map(|r| r.lease_key.as_deref()).collect();
+    let sql = format!(
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key)
+             SELECT kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key
+             FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::text[], $6::integer[],
+                         $7::timestamptz[], $8::timestamptz[], $9::text[])
+                  WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, ord)
+             ORDER BY ord
+             RETURNING {JOB_COLS}"
+        );
+    let got = c
+        .query(
+            &sql,
+            &[
+                &kinds,
+                &queues,
+                &args,
+                &prios,
+                &states,
+                &maxes,
+                &run_ats,
+                &created,
+                &lease_keys,
+            ],
+        )
+        .await
+        .map_err(q)?;
+    let mut jobs = jobs_from(&got)?;
+    jobs.sort_by_key(|j| j.id); // ids follow the insertion order
+    Ok(jobs
+        .into_iter()
+        .map(|job| Inserted {
+            job,
+            inserted: true,
+        })
+        .collect())
+}
+
+async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Inserted> {
+    let sql = format!(
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
+             DO NOTHING
+             RETURNING {JOB_COLS}"
+        );
+    let max = r.max_attempts as i32;
+    let row = c
+        .query_opt(
+            &sql,
+            &[
+                &r.kind,
+                &r.queue,
+                &r.args,
+                &r.priority,
+                &r.state.as_str(),
+                &max,
+                &r.run_at,
+                &r.created_at,
+                &r.unique_key,
+                &r.lease_key,
+            ],
+        )
+        .await
+        .map_err(q)?;
+    if let Some(row) = row {
+        return Ok(Inserted {
+            job: job_from(&row)?,
+            inserted: true,
+        });
+    }
+    let existing = c
+        .query_opt(
+            &format!(
+                "SELECT {JOB_COLS} FROM onus_jobs WHERE kind = $1 AND unique_key = $2
+                 AND state NOT IN ('completed', 'discarded', 'cancelled')"
+            ),
+            &[&r.kind, &r.unique_key],
+        )
+        .await
+        .map_err(q)?
+        .ok_or_else(|| {
+            StoreError::Query(
+                "the job holding the unique key finished meanwhile; insert again".into(),
+            )
+        })?;
+    Ok(Inserted {
+        job: job_from(&existing)?,
+        inserted: false,
+    })
+}
+
+/// A job asked to cancel ends cancelled instead of waiting to run again.
+fn cancel_if_requested(
+    t: &Transition,
+    requested: bool,
+    now: Timestamp,
+    attempt: u32,
+) -> Transition {
+    let cancelled = |message: String| Transition::Cancel {
+        entry: HistoryEntry {
+            at: now,
+            attempt,
+            class: EntryClass::Cancelled,
+            message,
+        },
+    };
+    match t {
+        Transition::Retry { entry, .. } | Transition::Snooze { entry, .. } if requested => {
+            cancelled(format!(
+                "cancelled by request (the attempt ended: {})",
+                entry.message
+            ))
+        }
+        Transition::Return if requested => cancelled("cancelled by request".into()),
+        t => t.clone(),
+    }
+}
+
+/// Records one finished attempt inside the open transaction `c`.
+async fn finish_one(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
+    let attempt = f.attempt as i32;
+    let held = c
+        .query_opt(
+            "SELECT cancel_requested, lease_expires_at FROM onus_jobs
+             WHERE id = $1 AND state = 'running' AND lease_owner = $2 AND attempt = $3 FOR UPDATE",
+            &[&f.id, &f.owner, &attempt],
+        )
+        .await
+        .map_err(q)?;
+    let Some(held) = held else {
+        return Ok(false); // the lease was lost: a newer owner decides
+    };
+    let cancel_requested: bool = held.get(0);
+    let lease_expires_at: Option<Timestamp> = held.get(1);
+    if let Some(before) = f.expired_before {
+        if lease_expires_at.is_none_or(|e| e >= before) {
+            return Ok(false); // renewed since the rescuer looked: the job is alive
+        }
+    }
+    let t = cancel_if_requested(&f.transition, cancel_requested, f.now, f.attempt);
+    const CLEAR: &str = "lease_owner = NULL, lease_expires_at = NULL";
+    match &t {
+        Transition::Complete => {
+            c.execute(&format!("UPDATE onus_jobs SET state = 'completed', finalized_at = $2, {CLEAR} WHERE id = $1"), &[&f.id, &f.now])
+                .await
+        }
+        Transition::Retry { run_at, entry } => {
+            c.execute(
+                &format!("UPDATE onus_jobs SET state = 'retryable', run_at = $2, errors = errors || jsonb_build_array($3::jsonb), {CLEAR} WHERE id = $1"),
+                &[&f.id, run_at, &entry_json(entry)?],
+            )
+            .await
+        }
+        Transition::Snooze { run_at, entry } => {
+            c.execute(
+                &format!(
+                    "UPDATE onus_jobs SET state = 'snoozed', run_at = $2, attempt = attempt - 1, snoozes = snoozes + 1,
+                     errors = errors || jsonb_build_array($3::jsonb), {CLEAR} WHERE id = $1"
+                ),
+                &[&f.id, run_at, &entry_json(entry)?],
+            )
+            .await
+        }
+        Transition::Discard { reason, entry, .. } => {
+            c.execute(
+                &format!(
+                    "UPDATE onus_jobs SET state = 'discarded', finalized_at = $2, discard_reason = $3,
+                     errors = errors || jsonb_build_array($4::jsonb), {CLEAR} WHERE id = $1"
+                ),
+                &[&f.id, &f.now, &reason.as_str(), &entry_json(entry)?],
+            )
+            .await
+        }
+        Transition::Cancel { entry } => {
+            c.execute(
+                &format!(
+                    "UPDATE onus_jobs SET state = 'cancelled', finalized_at = $2,
+                     errors = errors || jsonb_build_array($3::jsonb), {CLEAR} WHERE id = $1"
+                ),
+                &[&f.id, &f.now, &entry_json(entry)?],
+            )
+            .await
+        }
+        Transition::Return => {
+            c.execute(
+                &format!("UPDATE onus_jobs SET state = 'available', run_at = $2, attempt = attempt - 1, {CLEAR} WHERE id = $1"),
+                &[&f.id, &f.now],
+            )
+            .await
+        }
+    }
+    .map_err(q)?;
+    if let Transition::Discard {
+        alert: true, entry, ..
+    } = &t
+    {
+        c.execute(
+            "INSERT INTO onus_alerts (job_id, kind, message, created_at) SELECT id, kind, $2, $3 FROM onus_jobs WHERE id = $1",
+            &[&f.id, &entry.message, &f.now],
+        )
+        .await
+        .map_err(q)?;
+    }
+    if matches!(t, Transition::Return) {
+        c.execute(
+            "SELECT pg_notify('onus_jobs', queue) FROM onus_jobs WHERE id = $1",
+            &[&f.id],
+        )
+        .await
+        .map_err(q)?;
+    }
+    if let Some(key) = &f.release_lease {
+        release_lease(c, key, f.id, f.now).await?;
+    }
+    if let Some(name) = &f.periodic {
+        let (state, failure): (&str, Option<&str>) = match &t {
+            Transition::Complete => ("completed", None),
+            Transition::Retry { entry, .. } => ("retryable", Some(&entry.message)),
+            Transition::Discard { entry, .. } => ("discarded", Some(&entry.message)),
+            Transition::Cancel { .. } => ("cancelled", None),
+            Transition::Snooze { .. } | Transition::Return => ("", None),
+        };
+        if !state.is_empty() {
+            c.execute(
+                "UPDATE onus_periodic SET last_run_at = $2, last_state = $3,
+                 last_failure_at = CASE WHEN $4::text IS NULL THEN last_failure_at ELSE $2 END,
+                 last_error = COALESCE($4::text, last_error) WHERE name = $1",
+                &[name, &f.now, &state, &failure],
+            )
+            .await
+            .map_err(q)?;
+        }
+    }
+    Ok(true)
+}
+
+async fn lock_lease_key(c: &impl GenericClient, key: &str) -> StoreResult<()> {
+    c.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || $1, 0))",
+        &[&key],
+    )
+    .await
+    .map_err(q)?;
+    Ok(())
+}
+
+async fn release_lease(
+    c: &impl GenericClient,
+    key: &str,
+    job: JobId,
+    now: Timestamp,
+) -> StoreResult<()> {
+    lock_lease_key(c, key).await?;
+    let freed = c
+        .execute(
+            "DELETE FROM onus_leases WHERE key = $1 AND job_id = $2",
+            &[&key, &job],
+        )
+        .await
+        .map_err(q)?;
+    if freed > 0 {
+        // Wake the job that has waited longest for this key; only jobs waiting for the lease.
+        c.execute(
+            "WITH w AS (
+                SELECT id FROM onus_jobs WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $3
+                ORDER BY run_at, id LIMIT 1
+             ), woken AS (
+                UPDATE onus_jobs j SET run_at = $2 FROM w WHERE j.id = w.id AND j.run_at > $2 RETURNING j.queue
+             )
+             SELECT pg_notify('onus_jobs', queue) FROM woken",
+            &[&key, &now, &job],
+        )
+        .await
+        .map_err(q)?;
+    }
+    Ok(())
+}
+
+/// Builds `AND col = ANY($n)` conditions for a filter, numbering parameters after `first`.
+fn filter_sql(f: &JobFilter, first: usize) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
+    let mut sql = String::new();
+    let mut p: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+    if !f.ids.is_empty() {
+        p.push(Box::new(f.ids.clone()));
+        sql.push_str(&format!(" AND id = ANY(${})", first + p.len()));
+    }
+    if !f.states.is_empty() {
+        p.push(Box::new(
+            f.states
+                .iter()
+                .map(|s| s.as_str().to_string())
+                .collect::<Vec<_>>(),
+        ));
+        sql.push_str(&format!(" AND state = ANY(${})", first + p.len()));
+    }
+    if !f.kinds.is_empty() {
+        p.push(Box::new(f.kinds.clone()));
+        sql.push_str(&format!(" AND kind = ANY(${})", first + p.len()));
+    }
+    if !f.queues.is_empty() {
+        p.push(Box::new(f.queues.clone()));
+        sql.push_str(&format!(" AND queue = ANY(${})", first + p.len()));
+    }
+    (sql, p)
+}
+
+fn params<'a>(
+    head: &'a [&'a (dyn ToSql + Sync)],
+    tail: &'a [Box<dyn ToSql + Sync + Send>],
+) -> Vec<&'a (dyn ToSql + Sync)> {
+    let mut v: Vec<&(dyn ToSql + Sync)> = head.to_vec();
+    v.extend(tail.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)));
+    v
+}
+
+async fn get_job(c: &impl GenericClient, id: JobId) -> StoreResult<Option<Job>> {
+    let row = c
+        .query_opt(
+            &format!("SELECT {JOB_COLS} FROM onus_jobs WHERE id = $1"),
+            &[&id],
+        )
+        .await
+        .map_err(q)?;
+    row.as_ref().map(job_from).transpose()
+}
+
+async fn explain_refusal(c: &impl GenericClient, f: &JobFilter, action: &str) -> StoreResult<()> {
+    let [id] = f.ids.as_slice() else {
+        return Ok(());
+    };
+    if !(f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty()) {
+        return Ok(());
+    }
+    let Some(j) = get_job(c, *id).await? else {
+        return Err(StoreError::NotFound(*id));
+    };
+    if action == "retried" && j.state != JobState::Completed && j.state != JobState::Running {
+        if let Some(key) = &j.unique_key {
+            return Err(StoreError::Conflict(format!(
+                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
+                j.kind
+            )));
+        }
+    }
+    let why = match action {
+        "retried" => {
+            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried"
+        }
+        _ => "it is already finished",
+    };
+    Err(StoreError::Conflict(format!(
+        "job {id} is {}; it cannot be {action}: {why}",
+        j.state
+    )))
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let out = insert_rows(&*tx, &rows).await?;
+        tx.commit().await.map_err(q)?;
+        Ok(out)
+    }
+
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
+        let c = self.client().await?;
+        let stmt = c.prepare_cached(CLAIM_SQL).await.map_err(q)?;
+        let limit = req.limit as i64;
+        let rows = c
+            .query(
+                &stmt,
+                &[
+                    &req.now,
+                    &req.owner,
+                    &req.lease_until,
+                    &req.queue,
+                    &req.kinds,
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(q)?;
+        let mut jobs = jobs_from(&rows)?;
+        jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
+        Ok(jobs)
+    }
+
+    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let mut applied = vec![false; batch.len()];
+        // The common case, plain completions, in one statement per owner.
+        let mut plain: std::collections::BTreeMap<
+            &str,
+            (Vec<usize>, Vec<JobId>, Vec<i32>, Timestamp),
+        > = std::collections::BTreeMap::new();
+        for (i, f) in batch.iter().enumerate() {
+            if matches!(f.transition, Transition::Complete)
+                && f.release_lease.is_none()
+                && f.periodic.is_none()
+                && f.expired_before.is_none()
+            {
+                let e = plain
+                    .entry(f.owner.as_str())
+                    .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), f.now));
+                e.0.push(i);
+                e.1.push(f.id);
+                e.2.push(f.attempt as i32);
+                e.3 = e.3.max(f.now);
+            } else {
+                applied[i] = finish_one(&*tx, f).await?;
+            }
+        }
+        for (owner, (idx, ids, attempts, now)) in plain {
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
+                     FROM unnest($2::bigint[], $3::integer[]) AS u(id, attempt)
+                     WHERE j.id = u.id AND j.attempt = u.attempt AND j.state = 'running' AND j.lease_owner = $4
+                     RETURNING j.id",
+                )
+                .await
+                .map_err(q)?;
+            let done: std::collections::HashSet<JobId> = tx
+                .query(&stmt, &[&now, &ids, &attempts, &owner])
+                .await
+                .map_err(q)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            for (i, id) in idx.into_iter().zip(ids) {
+                applied[i] = done.contains(&id);
+            }
+        }
+        tx.commit().await.map_err(q)?;
+        Ok(applied)
+    }
+
+    async fn heartbeat(&self, owner: &str, lease_until: Timestamp) -> StoreResult<Vec<JobId>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "WITH renewed AS (
+                    UPDATE onus_jobs SET lease_expires_at = $2 WHERE state = 'running' AND lease_owner = $1
+                    RETURNING id, cancel_requested
+                 ), slots AS (
+                    UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
+                 )
+                 SELECT id FROM renewed WHERE cancel_requested",
+                &[&owner, &lease_until],
+            )
+            .await
+            .map_err(q)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
+        let c = self.client().await?;
+        get_job(&**c, id).await
+    }
+
+    async fn list(
+        &self,
+        filter: &JobFilter,
+        limit: usize,
+        before: Option<JobId>,
+    ) -> StoreResult<Vec<Job>> {
+        let c = self.client().await?;
+        let (cond, tail) = filter_sql(filter, 2);
+        let limit = limit as i64;
+        let before = before.unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT {JOB_COLS} FROM onus_jobs WHERE id < $1{cond} ORDER BY id DESC LIMIT $2"
+        );
+        let rows = c
+            .query(&sql, &params(&[&before, &limit], &tail))
+            .await
+            .map_err(q)?;
+        jobs_from(&rows)
+    }
+
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<Vec<JobId>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let (cond, tail) = filter_sql(filter, 1);
+        let sql = format!(
+            "WITH retried AS (
+                UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),
+                    finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                    cancel_requested = false, lease_wait = false
+                WHERE state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed'){cond}
+                  AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
+                       WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
+                         AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
+                RETURNING id, queue
+             ), woken AS (
+                SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM retried) q
+             )
+             SELECT id, (SELECT count(*) FROM woken) FROM retried"
+        );
+        let rows = tx.query(&sql, &params(&[&now], &tail)).await.map_err(|e| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                StoreError::Conflict("another unfinished job of the same kind holds the unique key; finish or cancel it first".into())
+            } else {
+                q(e)
+            }
+        })?;
+        let ids: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
+        if ids.is_empty() {
+            explain_refusal(&*tx, filter, "retried").await?;
+        }
+        tx.commit().await.map_err(q)?;
+        Ok(ids)
+    }
+
+    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let (cond, tail) = filter_sql(filter, 1);
+        let sql = format!(
+            "UPDATE onus_jobs SET state = 'cancelled', finalized_at = $1, errors = errors || jsonb_build_array(jsonb_build_object(
+                'at', to_jsonb($1::timestamptz), 'attempt', attempt, 'class', 'cancelled', 'message', 'cancelled by request'))
+             WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond} RETURNING id"
+        );
+        let cancelled: Vec<JobId> = tx
+            .query(&sql, &params(&[&now], &tail))
+            .await
+            .map_err(q)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let (cond, tail) = filter_sql(filter, 0);
+        let sql = format!(
+            "WITH r AS (UPDATE onus_jobs SET cancel_requested = true WHERE state = 'running'{cond} RETURNING id)
+             SELECT id, pg_notify('onus_cancel', id::text) IS NULL FROM r"
+        );
+        let requested: Vec<JobId> = tx
+            .query(&sql, &params(&[], &tail))
+            .await
+            .map_err(q)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if cancelled.is_empty() && requested.is_empty() {
+            explain_refusal(&*tx, filter, "cancelled").await?;
+        }
+        tx.commit().await.map_err(q)?;
+        Ok(CancelOutcome {
+            cancelled,
+            requested,
+        })
+    }
+
+    async fn expired(
+        &self,
+        kinds: &[String],
+        now: Timestamp,
+        except_owner: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<Job>> {
+        let c = self.client().await?;
+        let limit = limit as i64;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {JOB_COLS} FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
+                     AND lease_owner != $2 AND kind = ANY($3) ORDER BY lease_expires_at LIMIT $4"
+                ),
+                &[&now, &except_owner, &kinds, &limit],
+            )
+            .await
+            .map_err(q)?;
+        jobs_from(&rows)
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        slots: u32,
+        job: &Job,
+        owner: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<LeaseDecision> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        lock_lease_key(&*tx, key).await?;
+        let held: Vec<(i32, JobId, Timestamp)> = tx
+            .query(
+                "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(q)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let slots = slots.max(1) as i32;
+        let slot = held
+            .iter()
+            .find(|(_, j, _)| *j == job.id)
+            .map(|(s, _, _)| *s)
+            .or_else(|| {
+                (0..slots).find(|s| {
+                    held.iter()
+                        .find(|(hs, _, _)| hs == s)
+                        .is_none_or(|(_, _, busy)| *busy <= now)
+                })
+            });
+        let decision = match slot {
+            Some(s) => {
+                tx.execute(
+                    "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+                    &[&key, &s, &job.id, &until],
+                )
+                .await
+                .map_err(q)?;
+                LeaseDecision::Acquired
+            }
+            None => {
+                let free_at = held
+                    .iter()
+                    .map(|(_, _, b)| *b)
+                    .min()
+                    .unwrap_or(now)
+                    .max(now);
+                let entry = HistoryEntry {
+                    at: now,
+                    attempt: job.attempt,
+                    class: EntryClass::Snooze,
+                    message: format!(
+                        "lease key {key} busy ({} of {slots} slots held)",
+                        held.len()
+                    ),
+                };
+                let snooze = Finish {
+                    id: job.id,
+                    owner: owner.to_string(),
+                    attempt: job.attempt,
+                    transition: Transition::Snooze {
+                        run_at: free_at,
+                        entry,
+                    },
+                    now,
+                    release_lease: None,
+                    periodic: None,
+                    expired_before: None,
+                };
+                if finish_one(&*tx, &snooze).await? {
+                    tx.execute("UPDATE onus_jobs SET lease_wait = true WHERE id = $1 AND state = 'snoozed'", &[&job.id])
+                        .await
+                        .map_err(q)?;
+                }
+                LeaseDecision::Busy(free_at)
+            }
+        };
+        tx.commit().await.map_err(q)?;
+        Ok(decision)
+    }
+
+    async fn take_rate(
+        &self,
+        key: &str,
+        max: u32,
+        window: Duration,
+        now: Timestamp,
+    ) -> StoreResult<RateDecision> {
+        let w = (window.as_micros() as i64).max(1);
+        let start_us = now.timestamp_micros().div_euclid(w) * w;
+        let start = crate::clock::from_micros(start_us);
+        let end = crate::clock::from_micros(start_us + w);
+        let max_i = max as i32;
+        let c = self.client().await?;
+        let used: Option<i32> = c
+            .query_opt(
+                "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES ($1, $2, $3, 1)
+                 ON CONFLICT (key, window_start) DO UPDATE SET used = onus_rate_windows.used + 1
+                 WHERE onus_rate_windows.used < $4
+                 RETURNING used",
+                &[&key, &start, &end, &max_i],
+            )
+            .await
+            .map_err(q)?
+            .map(|r| r.get(0));
+        Ok(match used {
+            Some(u) if u <= max_i => RateDecision::Taken {
+                left: (max_i - u) as u32,
+            },
+            _ => RateDecision::Spent(end),
+        })
+    }
+
+    async fn try_lead(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let got: Option<String> = c
+            .query_opt(
+                "INSERT INTO onus_leader (name, holder, expires_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+                 WHERE onus_leader.holder = excluded.holder OR onus_leader.expires_at < $4
+                 RETURNING holder",
+                &[&name, &holder, &until, &now],
+            )
+            .await
+            .map_err(q)?
+            .map(|r| r.get(0));
+        Ok(got.as_deref() == Some(holder))
+    }
+
+    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
+        let c = self.client().await?;
+        c.execute(
+            "DELETE FROM onus_leader WHERE name = $1 AND holder = $2",
+            &[&name, &holder],
+        )
+        .await
+        .map_err(q)?;
+        Ok(())
+    }
+
+    async fn upsert_periodic(
+        &self,
+        name: &str,
+        kind: &str,
+        schedule: &str,
+        next_run_at: Timestamp,
+    ) -> StoreResult<PeriodicRow> {
+        let c = self.client().await?;
+        c.execute(
+            "INSERT INTO onus_periodic (name, kind, schedule, next_run_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, schedule = excluded.schedule,
+                next_run_at = CASE WHEN onus_periodic.schedule = excluded.schedule AND onus_periodic.next_run_at IS NOT NULL
+                    THEN onus_periodic.next_run_at ELSE excluded.next_run_at END",
+            &[&name, &kind, &schedule, &next_run_at],
+        )
+        .await
+        .map_err(q)?;
+        periodic_rows(&**c, Some(name))
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Query("periodic row vanished".into()))
+    }
+
+    async fn enqueue_period(
+        &self,
+        name: &str,
+        period: Timestamp,
+        next_run_at: Timestamp,
+        job: InsertRow,
+    ) -> StoreResult<Option<JobId>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let n = tx
+            .execute(
+                "UPDATE onus_periodic SET last_period_at = $2, next_run_at = $3
+                 WHERE name = $1 AND (last_period_at IS NULL OR last_period_at < $2)",
+                &[&name, &period, &next_run_at],
+            )
+            .await
+            .map_err(q)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let ins = insert_rows(&*tx, &[job])
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Query("nothing inserted".into()))?;
+        tx.execute(
+            "UPDATE onus_periodic SET last_job_id = $2 WHERE name = $1",
+            &[&name, &ins.job.id],
+        )
+        .await
+        .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok(Some(ins.job.id))
+    }
+
+    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
+        let c = self.client().await?;
+        periodic_rows(&**c, None).await
+    }
+
+    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
+        let completed_before = now
+            - chrono::TimeDelta::from_std(retention.completed).unwrap_or(chrono::TimeDelta::MAX);
+        let discarded_before = now
+            - chrono::TimeDelta::from_std(retention.discarded).unwrap_or(chrono::TimeDelta::MAX);
+        let limit = limit as i64;
+        let c = self.client().await?;
+        let mut n = c
+            .execute(
+                "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
+                 WHERE state = 'completed' AND finalized_at IS NOT NULL AND finalized_at < $1 LIMIT $2)",
+                &[&completed_before, &limit],
+            )
+            .await
+            .map_err(q)?;
+        n += c
+            .execute(
+                "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
+                 WHERE state IN ('discarded', 'cancelled') AND finalized_at IS NOT NULL AND finalized_at < $1 LIMIT $2)",
+                &[&discarded_before, &limit],
+            )
+            .await
+            .map_err(q)?;
+        c.execute(
+            "DELETE FROM onus_rate_windows WHERE window_end < $1",
+            &[&now],
+        )
+        .await
+        .map_err(q)?;
+        let stale = now - chrono::TimeDelta::hours(1);
+        c.execute("DELETE FROM onus_leases WHERE busy_until < $1", &[&stale])
+            .await
+            .map_err(q)?;
+        Ok(n)
+    }
+
+    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
+        let c = self.client().await?;
+        let limit = limit as i64;
+        let rows = c
+            .query(
+                "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
+                 WHERE $1 OR acked_at IS NULL ORDER BY id DESC LIMIT $2",
+                &[&include_acked, &limit],
+            )
+            .await
+            .map_err(q)?;
+        Ok(rows
+            .iter()
+            .map(|r| Alert {
+                id: r.get(0),
+                job_id: r.get(1),
+                kind: r.get(2),
+                message: r.get(3),
+                created_at: r.get(4),
+                acked_at: r.get(5),
+            })
+            .collect())
+    }
+
+    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let n = c
+            .execute(
+                "UPDATE onus_alerts SET acked_at = COALESCE(acked_at, $2) WHERE id = $1",
+                &[&id, &now],
+            )
+            .await
+            .map_err(q)?;
+        Ok(n > 0)
+    }
+
+    async fn counts(&self) -> StoreResult<Vec<CountRow>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "SELECT state, kind, queue, count(*) FROM onus_jobs GROUP BY state, kind, queue",
+                &[],
+            )
+            .await
+            .map_err(q)?;
+        rows.iter()
+            .map(|r| {
+                let state: String = r.get(0);
+                Ok(CountRow {
+                    state: state.parse().map_err(StoreError::Query)?,
+                    kind: r.get(1),
+                    queue: r.get(2),
+                    count: r.get::<_, i64>(3) as u64,
+                })
+            })
+            .collect()
+    }
+
+    async fn listen(&self) -> StoreResult<Option<mpsc::UnboundedReceiver<Notice>>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(listen_loop(self.config.clone(), self.shown_url.clone(), tx));
+        Ok(Some(rx))
+    }
+}
+
+async fn periodic_rows(
+    c: &impl GenericClient,
+    name: Option<&str>,
+) -> StoreResult<Vec<PeriodicRow>> {
+    let rows = c
+        .query(
+            "SELECT name, kind, schedule, last_period_at, last_job_id, last_run_at, last_state, last_failure_at,
+                    last_error, next_run_at
+             FROM onus_periodic WHERE $1::text IS NULL OR name = $1 ORDER BY name",
+            &[&name],
+        )
+        .await
+        .map_err(q)?;
+    Ok(rows
+        .iter()
+        .map(|r| PeriodicRow {
+            name: r.get(0),
+            kind: r.get(1),
+            schedule: r.get(2),
+            last_period_at: r.get(3),
+            last_job_id: r.get(4),
+            last_run_at: r.get(5),
+            last_state: r.get(6),
+            last_failure_at: r.get(7),
+            last_error: r.get(8),
+            next_run_at: r.get(9),
+        })
+        .collect())
+}
+
+/// Holds a LISTEN connection and forwards notices until the receiver is dropped; reconnects
+/// (and says so, since notices may have been missed) when the connection is lost.
+async fn listen_loop(
+    config: tokio_postgres::Config,
+    shown_url: String,
+    tx: mpsc::UnboundedSender<Notice>,
+) {
+    let mut connected_before = false;
+    let mut failing = false;
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut conn)) => {
+                let (ntx, mut nrx) = mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+                    while let Some(Ok(m)) = messages.next().await {
+                        if let AsyncMessage::Notification(n) = m {
+                            if ntx.send(n).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+                if client
+                    .batch_execute("LISTEN onus_jobs; LISTEN onus_cancel")
+                    .await
+                    .is_ok()
+                {
+                    if failing || connected_before {
+                        tracing::info!(database = %shown_url, "listening for notices again");
+                        if tx.send(Notice::Reconnected).is_err() {
+                            return;
+                        }
+                    }
+                    failing = false;
+                    connected_before = true;
+                    loop {
+                        tokio::select! {
+                            n = nrx.recv() => {
+                                let Some(n) = n else { break };
+                                let notice = match n.channel() {
+                                    "onus_jobs" => Notice::Jobs(n.payload().to_string()),
+                                    "onus_cancel" => match n.payload().parse() {
+                                        Ok(id) => Notice::Cancel(id),
+                                        Err(_) => continue,
+                                    },
+                                    _ => continue,
+                                };
+                                if tx.send(notice).is_err() {
+                                    driver.abort();
+                                    return;
+                                }
+                            }
+                            _ = tx.closed() => {
+                                driver.abort();
+                                return;
+                            }
+                        }
+                    }
+                }
+                driver.abort();
+                drop(client);
+                if !failing {
+                    tracing::warn!(database = %shown_url, "lost the notice connection; polling until it is back");
+                    failing = true;
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::error!(database = %shown_url, error = %describe(&e), "cannot open the notice connection; polling until it is back");
+                    failing = true;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tx.closed() => return,
+        }
+    }
+}
