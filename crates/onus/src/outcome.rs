@@ -265,7 +265,10 @@ pub fn decide<R: Rng + ?Sized>(
             } else {
                 failed(
                     EntryClass::WorkerLost,
-                    "worker lost: its process stopped holding the lease".into(),
+                    format!(
+                        "worker lost: process {} stopped renewing its lease",
+                        job.lease_owner.as_deref().unwrap_or("(unknown)")
+                    ),
                 )
             }
         }

@@ -17,6 +17,8 @@ mod jobs;
 mod limits;
 #[path = "conformance/periodic.rs"]
 mod periodic;
+#[path = "conformance/postgres_only.rs"]
+mod postgres_only;
 #[path = "conformance/sqlite_only.rs"]
 mod sqlite_only;
 #[path = "conformance/state_machine.rs"]
@@ -113,6 +115,12 @@ suite!(postgres => Postgres);
 #[test]
 fn child_worker_process() {
     if let Ok(url) = std::env::var("ONUS_CHILD_URL") {
-        durability::child_main(&url, &std::env::var("ONUS_CHILD_MODE").unwrap_or_default());
+        match std::env::var("ONUS_CHILD_MODE")
+            .unwrap_or_default()
+            .as_str()
+        {
+            mode @ ("work" | "periodic") => postgres_only::child_main(&url, mode),
+            mode => durability::child_main(&url, mode),
+        }
     }
 }

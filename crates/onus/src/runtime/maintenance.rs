@@ -194,47 +194,78 @@ async fn enqueue_due_periods(shared: &Shared) {
         let Some(row) = rows.iter().find(|r| r.name == p.name) else {
             continue;
         };
-        let Some(mut period) = row.next_run_at else {
+        let Some(first) = row.next_run_at else {
             continue;
         };
-        if period > now {
+        if first > now {
             continue;
         }
-        // Periods missed while no process ran are caught up once, as the latest of them.
-        for _ in 0..1_000_000 {
-            let n = p.schedule.next_after(period);
-            if n > now {
-                break;
-            }
-            period = n;
+        for period in due_periods(&p.schedule, first, now, shared.options.periodic_catch_up) {
+            enqueue_period(shared, p, period, now).await;
         }
-        let next = p.schedule.next_after(now);
-        let job: NewJob = p
-            .job
-            .clone()
-            .unique_key(super::periodic_unique_key(&p.name, period));
-        let row = match super::client::prepare_with(shared, job) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(periodic = %p.name, error = %e, "periodic job is invalid");
-                continue;
-            }
-        };
-        let queue = row.queue.clone();
-        match shared
-            .store
-            .enqueue_period(&p.name, period, next, row)
-            .await
-        {
-            Ok(Some(id)) => {
-                tracing::info!(periodic = %p.name, job = id, period = %period, "enqueued periodic job");
-                shared.hub.wake(&queue);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(periodic = %p.name, error = %e, "cannot enqueue periodic job")
-            }
+    }
+}
+
+/// The periods to enqueue when `first` (and maybe more) have come due by `now`: each one that
+/// came due within the last `window` (so a leader failover skips none), or else, after a longer
+/// outage, only the latest missed one (caught up once, not once per missed period).
+pub(crate) fn due_periods(
+    schedule: &super::Schedule,
+    first: crate::Timestamp,
+    now: crate::Timestamp,
+    window: std::time::Duration,
+) -> Vec<crate::Timestamp> {
+    let recent_from = now - chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
+    let mut latest_old = None;
+    let mut recent = Vec::new();
+    let mut p = first;
+    for _ in 0..1_000_000 {
+        if p > now {
+            break;
         }
+        if p >= recent_from {
+            recent.push(p);
+        } else {
+            latest_old = Some(p);
+        }
+        p = schedule.next_after(p);
+    }
+    if recent.is_empty() {
+        recent.extend(latest_old);
+    }
+    recent
+}
+
+async fn enqueue_period(
+    shared: &Shared,
+    p: &super::Periodic,
+    period: crate::Timestamp,
+    now: crate::Timestamp,
+) {
+    let next = p.schedule.next_after(now);
+    let job: NewJob = p
+        .job
+        .clone()
+        .unique_key(super::periodic_unique_key(&p.name, period));
+    let row = match super::client::prepare_with(shared, job) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(periodic = %p.name, error = %e, "periodic job is invalid");
+            return;
+        }
+    };
+    let queue = row.queue.clone();
+    match shared
+        .store
+        .enqueue_period(&p.name, period, next, row)
+        .await
+    {
+        Ok(Some(id)) => {
+            tracing::info!(periodic = %p.name, job = id, period = %period, "enqueued periodic job");
+            shared.hub.wake(&queue);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::error!(periodic = %p.name, error = %e, "cannot enqueue periodic job"),
     }
 }
 

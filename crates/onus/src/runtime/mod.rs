@@ -55,6 +55,9 @@ pub struct Options {
     pub retention: Retention,
     /// Most jobs claimed in one statement.
     pub claim_batch: usize,
+    /// Periodic periods that came due within this window are each enqueued (a leader failover
+    /// skips none); after a longer outage only the latest missed period is.
+    pub periodic_catch_up: Duration,
     /// How long a cancelled handler may take to return before it is dropped.
     pub cancel_grace: Duration,
 }
@@ -71,6 +74,7 @@ impl Default for Options {
             prune_interval: Duration::from_secs(60),
             retention: Retention::default(),
             claim_batch: 100,
+            periodic_catch_up: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(5),
         }
     }

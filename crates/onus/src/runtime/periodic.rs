@@ -3,7 +3,8 @@
 //! Only the leader enqueues. Each schedule has a row holding the latest period enqueued; the
 //! enqueue and the move of that mark commit together and only when the mark is older, so a period
 //! is enqueued once even across restarts and leader changes. A period missed while no process ran
-//! is caught up once, as the latest missed period (not once per missed period). Periodic jobs get one attempt by default: a
+//! is caught up once, as the latest missed period (not once per missed period); periods that came
+//! due within the last minute (a leader failover) are each enqueued, so none is skipped. Periodic jobs get one attempt by default: a
 //! failure waits for the next period, and the last failure is kept on the schedule's row.
 
 use std::fmt;

@@ -1,0 +1,476 @@
+//! PostgreSQL specifics: many processes on one database, a server restart, leader failover,
+//! NOTIFY wake-ups, the outbox in the caller's own transaction, and clear connection errors.
+
+use std::time::Duration;
+
+use onus::postgres::tokio_postgres::{self, NoTls};
+use onus::{
+    Clock, EntryClass, JobContext, JobFilter, JobState, Kind, NewJob, Onus, Options, Periodic,
+};
+use onus_testkit::PgCluster;
+use serde_json::json;
+
+use crate::harness::{wait_until, Backend, Env};
+
+async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+fn child(url: &str, mode: &str, index: usize) -> tokio::process::Child {
+    tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_worker_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ONUS_CHILD_URL", url)
+        .env("ONUS_CHILD_MODE", mode)
+        .env("ONUS_CHILD_INDEX", index.to_string())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn child_options() -> Options {
+    Options {
+        poll_interval: Duration::from_millis(200),
+        lease_ttl: Duration::from_secs(2),
+        heartbeat_interval: Duration::from_millis(400),
+        rescue_interval: Duration::from_millis(250),
+        maintenance_interval: Duration::from_millis(100),
+        leader_ttl: Duration::from_secs(2),
+        ..Options::default()
+    }
+}
+
+/// Child process bodies for the tests below (selected by `ONUS_CHILD_MODE`).
+pub fn child_main(url: &str, mode: &str) {
+    let index: i32 = std::env::var("ONUS_CHILD_INDEX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let store = onus::open(url).await.unwrap();
+        let b = Onus::builder(store).options(child_options());
+        let b = match mode {
+            "work" => {
+                let check = std::sync::Arc::new(sql(url).await);
+                b.queue("default", 10).kind(Kind::new("work").handler(move |ctx: JobContext| {
+                    let check = check.clone();
+                    async move {
+                        let id = ctx.job().id;
+                        check
+                            .execute(
+                                "INSERT INTO runs (job_id, process, started_at) VALUES ($1, $2, clock_timestamp())",
+                                &[&id, &index],
+                            )
+                            .await?;
+                        tokio::time::sleep(Duration::from_millis(3)).await; // the work itself
+                        check
+                            .execute(
+                                "UPDATE runs SET finished_at = clock_timestamp()
+                                 WHERE job_id = $1 AND process = $2 AND finished_at IS NULL",
+                                &[&id, &index],
+                            )
+                            .await?;
+                        Ok(())
+                    }
+                }))
+            }
+            "periodic" => b
+                .kind(Kind::new("tick").policy(onus::Policy::preset_periodic()).handler(|_c: JobContext| async { Ok(()) }))
+                .periodic(Periodic::new("every-second", "every 1s".parse().unwrap(), NewJob::new("tick", json!({})))),
+            other => panic!("unknown child mode {other}"),
+        };
+        let _running = b.build().unwrap().start();
+        std::future::pending::<()>().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_one_killed_every_job_completes_and_none_runs_twice_at_once() {
+    let env = Env::new(Backend::Postgres).await;
+    let check = sql(&env.url).await;
+    check
+        .batch_execute("CREATE TABLE runs (job_id bigint NOT NULL, process integer NOT NULL, started_at timestamptz NOT NULL, finished_at timestamptz)")
+        .await
+        .unwrap();
+    let client = env.client();
+    for chunk in (0..5000).collect::<Vec<i32>>().chunks(1000) {
+        client
+            .insert_many(
+                chunk
+                    .iter()
+                    .map(|i| NewJob::new("work", json!({"i": i})))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+    }
+    let mut children: Vec<_> = (0..3).map(|i| child(&env.url, "work", i)).collect();
+    wait_until("a fifth of the jobs completed", || async {
+        env.count(JobState::Completed).await >= 1000
+    })
+    .await;
+    let killed_pid = children[0].id().unwrap();
+    children[0].start_kill().unwrap(); // SIGKILL, mid-run
+    children[0].wait().await.unwrap();
+    let killed_at: chrono::DateTime<chrono::Utc> = check
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    wait_until("all 5,000 jobs completed", || async {
+        env.count(JobState::Completed).await == 5000
+    })
+    .await;
+    for c in children.iter_mut() {
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    let overlaps: i64 = check
+        .query_one(
+            "SELECT count(*) FROM runs a JOIN runs b ON a.job_id = b.job_id AND a.process < b.process
+             WHERE a.started_at < COALESCE(b.finished_at, $1) AND b.started_at < COALESCE(a.finished_at, $1)",
+            &[&killed_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(overlaps, 0, "no job ever ran in two processes at once");
+    let unfinished: i64 = check
+        .query_one(
+            "SELECT count(*) FROM runs WHERE finished_at IS NULL AND process != 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(unfinished, 0);
+    let all = env
+        .store
+        .list(&JobFilter::default(), 10_000, None)
+        .await
+        .unwrap();
+    let lost: std::collections::HashSet<i64> = all
+        .iter()
+        .filter(|j| j.errors.iter().any(|e| e.class == EntryClass::WorkerLost))
+        .map(|j| j.id)
+        .collect();
+    let interrupted: Vec<i64> = check
+        .query(
+            "SELECT job_id FROM runs WHERE finished_at IS NULL AND process = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        interrupted.iter().all(|id| lost.contains(id)),
+        "every job cut off by the kill was rescued as worker lost: {interrupted:?} vs {lost:?}"
+    );
+    // Rescued were only jobs the killed process held (cut off mid-run, claimed but not started, or
+    // run but not yet recorded), never a live process's.
+    let killed_owner = format!(":{killed_pid}:");
+    let wrongly: Vec<String> = all
+        .iter()
+        .flat_map(|j| j.errors.iter())
+        .filter(|e| e.class == EntryClass::WorkerLost && !e.message.contains(&killed_owner))
+        .map(|e| e.message.clone())
+        .collect();
+    assert!(
+        wrongly.is_empty(),
+        "a live process's job was rescued: {wrongly:?}"
+    );
+    assert!(!lost.is_empty(), "the kill hit jobs in flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_mid_run_is_survived() {
+    let pg = PgCluster::start().unwrap();
+    let url = pg.fresh_database().await.unwrap();
+    let store = onus::open(&url).await.unwrap();
+    let onus = Onus::builder(store.clone())
+        .options(Options {
+            poll_interval: Duration::from_millis(100),
+            ..Options::default()
+        })
+        .queue("default", 8)
+        .kind(Kind::new("work").handler(|_c: JobContext| async {
+            tokio::time::sleep(Duration::from_millis(1)).await; // the work itself
+            Ok(())
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    client
+        .insert_many((0..3000).map(|_| NewJob::new("work", json!({}))).collect())
+        .await
+        .unwrap();
+    let running = onus.start();
+    let count = |state: JobState| {
+        let store = store.clone();
+        async move {
+            let f = JobFilter {
+                states: vec![state],
+                ..Default::default()
+            };
+            store
+                .list(&f, 10_000, None)
+                .await
+                .map(|v| v.len())
+                .unwrap_or(0)
+        }
+    };
+    wait_until("some jobs completed", || {
+        count(JobState::Completed).then(|n| async move { n >= 300 })
+    })
+    .await;
+    pg.stop().unwrap();
+    assert!(store.get(1).await.is_err(), "the server is down");
+    pg.restart().unwrap();
+    wait_until("every job completed after the restart", || {
+        count(JobState::Completed).then(|n| async move { n == 3000 })
+    })
+    .await;
+    // Jobs whose attempt was cut off by the restart ran again at most; none was lost.
+    let all = store
+        .list(&JobFilter::default(), 10_000, None)
+        .await
+        .unwrap();
+    assert!(all.iter().all(|j| j.state == JobState::Completed));
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+use futures_util::FutureExt as _;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_failover_keeps_one_enqueue_per_period() {
+    let env = Env::new(Backend::Postgres).await;
+    let db = sql(&env.url).await;
+    let holder = || async {
+        db.query_opt(
+            "SELECT holder FROM onus_leader WHERE name = 'onus.periodic' AND expires_at > now()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get::<_, String>(0))
+    };
+    let mut a = child(&env.url, "periodic", 0);
+    let a_pid = a.id().unwrap();
+    wait_until("the first process leads", || async {
+        holder()
+            .await
+            .is_some_and(|h| h.contains(&format!(":{a_pid}:")))
+    })
+    .await;
+    let mut b = child(&env.url, "periodic", 1);
+    let b_pid = b.id().unwrap();
+    let ticks = || async {
+        let f = JobFilter {
+            kinds: vec!["tick".into()],
+            ..Default::default()
+        };
+        env.store.list(&f, 10_000, None).await.unwrap()
+    };
+    wait_until("three periods enqueued", || async {
+        ticks().await.len() >= 3
+    })
+    .await;
+    a.start_kill().unwrap(); // SIGKILL the leader
+    a.wait().await.unwrap();
+    let killed = std::time::Instant::now();
+    wait_until("the second process leads", || async {
+        holder()
+            .await
+            .is_some_and(|h| h.contains(&format!(":{b_pid}:")))
+    })
+    .await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "took over within a few seconds"
+    );
+    let before = ticks().await.len();
+    wait_until("four more periods enqueued", || async {
+        ticks().await.len() >= before + 4
+    })
+    .await;
+    b.start_kill().unwrap();
+    b.wait().await.unwrap();
+    let mut periods: Vec<i64> = ticks()
+        .await
+        .iter()
+        .map(|j| {
+            j.unique_key
+                .as_deref()
+                .unwrap()
+                .rsplit_once('@')
+                .unwrap()
+                .1
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    periods.sort_unstable();
+    let n = periods.len();
+    periods.dedup();
+    assert_eq!(periods.len(), n, "no period enqueued twice");
+    for w in periods.windows(2) {
+        assert_eq!(w[1] - w[0], 1_000_000, "no period skipped: {periods:?}");
+    }
+    let _ = env.clock.now();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_an_idle_worker_long_before_its_poll() {
+    let env = Env::new(Backend::Postgres).await;
+    let onus = Onus::builder(env.store.clone())
+        .options(Options {
+            poll_interval: Duration::from_secs(600),
+            ..Options::default()
+        })
+        .kind(Kind::new("ping").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
+    let running = onus.start();
+    // Let the worker make its first (empty) claim and go idle: a job it then runs came by notice.
+    let warm = onus
+        .client()
+        .insert(NewJob::new("ping", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    env.wait_state(warm, JobState::Completed).await;
+    // Another process inserts: nothing in this process hears of it but the notice.
+    let other = Onus::builder(env.reopen().await).build().unwrap().client();
+    for _ in 0..5 {
+        let id = other
+            .insert(NewJob::new("ping", json!({})))
+            .await
+            .unwrap()
+            .job
+            .id;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if env.job(id).await.state == JobState::Completed {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not picked up; the poll interval is 10 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_job_commits_with_the_callers_transaction_or_not_at_all() {
+    let env = Env::new(Backend::Postgres).await;
+    let onus = Onus::builder(env.store.clone())
+        .options(Options {
+            poll_interval: Duration::from_secs(600),
+            ..Options::default()
+        })
+        .kind(Kind::new("receipt.send").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let running = onus.start();
+    let mut db = sql(&env.url).await;
+    db.batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY, total bigint NOT NULL)")
+        .await
+        .unwrap();
+
+    let tx = db.transaction().await.unwrap();
+    tx.execute("INSERT INTO orders VALUES (1, 100)", &[])
+        .await
+        .unwrap();
+    let ghost = onus::postgres::insert_tx(
+        &tx,
+        client
+            .prepare(NewJob::new("receipt.send", json!({"order": 1})))
+            .unwrap(),
+    )
+    .await
+    .unwrap()
+    .job
+    .id;
+    tx.rollback().await.unwrap();
+    assert!(
+        env.store.get(ghost).await.unwrap().is_none(),
+        "a rolled-back job never exists"
+    );
+
+    let tx = db.transaction().await.unwrap();
+    tx.execute("INSERT INTO orders VALUES (2, 200)", &[])
+        .await
+        .unwrap();
+    let id = onus::postgres::insert_tx(
+        &tx,
+        client
+            .prepare(NewJob::new("receipt.send", json!({"order": 2})))
+            .unwrap(),
+    )
+    .await
+    .unwrap()
+    .job
+    .id;
+    tx.commit().await.unwrap();
+    // Picked up by the commit's notice (the poll interval is 10 minutes).
+    env.wait_state(id, JobState::Completed).await;
+    let orders: i64 = db
+        .query_one("SELECT count(*) FROM orders", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orders, 1);
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_and_credentials_fail_at_start_with_what_is_wrong() {
+    let pg = PgCluster::shared();
+    let e = onus::open(&pg.url("no_such_db"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("database \"no_such_db\" does not exist"), "{e}");
+    let e = onus::open(&format!(
+        "postgres://nobody:secret@127.0.0.1:{}/postgres",
+        pg.port()
+    ))
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("role \"nobody\" does not exist"), "{e}");
+    assert!(!e.contains("secret"), "the password is never shown: {e}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = onus::open(&format!("postgres://postgres@127.0.0.1:{closed}/x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cannot connect to PostgreSQL") && e.contains("ONUS_DATABASE_URL"),
+        "{e}"
+    );
+    let e = onus::open("postgres://host:notaport/db")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a PostgreSQL URL"), "{e}");
+}
