@@ -25,28 +25,48 @@ pub(crate) const LEADER: &str = "onus";
 pub(crate) const PERIODIC_LEADER: &str = "onus.periodic";
 
 /// Renews the leases of this process's running jobs and delivers cancel requests made elsewhere.
+///
+/// A process that cannot renew its leases for most of a lease's life must assume another process
+/// will rescue its jobs, so it drops its running attempts (the fence): no job ever runs in two
+/// processes at once, even when the database is out of reach for a while.
 pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
     let mut failing = false;
+    let mut renewed = Instant::now();
+    let fence_after = shared.options.lease_ttl.mul_f64(0.75);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(shared.options.heartbeat_interval) => {}
             _ = stop.cancelled() => return,
         }
         if shared.hub.running_ids() == 0 {
+            renewed = Instant::now();
             continue;
         }
         let until = add(shared.clock.now(), shared.options.lease_ttl);
         match shared.store.heartbeat(&shared.owner, until).await {
             Ok(cancel) => {
+                if failing {
+                    tracing::info!("renewing job leases again");
+                }
                 failing = false;
+                renewed = Instant::now();
                 for id in cancel {
                     shared.hub.cancel_running(id);
                 }
             }
             Err(e) => {
                 if !failing {
-                    tracing::error!(error = %e, "cannot renew job leases");
+                    tracing::error!(error = %e, "cannot renew job leases; will keep trying");
                     failing = true;
+                }
+                if renewed.elapsed() >= fence_after {
+                    tracing::error!(
+                        running = shared.hub.running_ids(),
+                        "leases not renewed for {}: dropping running attempts so no other process runs them at the same time",
+                        crate::policy::human(renewed.elapsed())
+                    );
+                    shared.hub.fence_all();
+                    renewed = Instant::now();
                 }
             }
         }
@@ -66,9 +86,11 @@ pub(crate) async fn rescuer(
     let mut jumps = shared.clock.jumps();
     loop {
         let now = shared.clock.now();
-        match shared.store.expired(&kinds, now, &shared.owner, 500).await {
+        match shared.store.expired(&kinds, now, 500).await {
             Ok(jobs) => {
-                for job in jobs {
+                // A job running here is alive whatever its lease says (a manual clock may have
+                // jumped past it); one of ours that is not (dropped by a fence) is rescued too.
+                for job in jobs.into_iter().filter(|j| !shared.hub.is_running(j.id)) {
                     let Some(kind) = shared.kinds.get(&job.kind) else {
                         continue;
                     };
@@ -86,7 +108,9 @@ pub(crate) async fn rescuer(
                     let _ = finish.send(f);
                 }
             }
-            Err(e) => tracing::error!(error = %e, "rescuer cannot read expired leases"),
+            Err(e) => shared
+                .trouble
+                .report("the rescuer cannot read expired leases", &e),
         }
         tokio::select! {
             _ = tokio::time::sleep(shared.options.rescue_interval) => {}
@@ -148,9 +172,12 @@ impl Leadership {
             .try_lead(self.name, &shared.owner, now, until)
             .await
         {
-            Ok(l) => l,
+            Ok(l) => {
+                shared.trouble.clear();
+                l
+            }
             Err(e) => {
-                tracing::error!(leadership = self.name, error = %e, "leader election failed");
+                shared.trouble.report("leader election failed", &e);
                 false
             }
         };
@@ -171,7 +198,7 @@ async fn register_periodics(shared: &Shared) -> bool {
             .upsert_periodic(&p.name, &p.job.kind, &p.schedule.describe(), next)
             .await
         {
-            tracing::error!(periodic = %p.name, error = %e, "cannot register periodic job");
+            shared.trouble.report("cannot register periodic jobs", &e);
             return false;
         }
     }
@@ -185,7 +212,7 @@ async fn enqueue_due_periods(shared: &Shared) {
     let rows = match shared.store.list_periodic().await {
         Ok(r) => r,
         Err(e) => {
-            tracing::error!(error = %e, "cannot read periodic schedules");
+            shared.trouble.report("cannot read periodic schedules", &e);
             return;
         }
     };
@@ -265,7 +292,7 @@ async fn enqueue_period(
             shared.hub.wake(&queue);
         }
         Ok(None) => {}
-        Err(e) => tracing::error!(periodic = %p.name, error = %e, "cannot enqueue periodic job"),
+        Err(e) => shared.trouble.report("cannot enqueue periodic jobs", &e),
     }
 }
 
@@ -285,7 +312,7 @@ async fn prune(shared: &Shared) {
                 return;
             }
             Err(e) => {
-                tracing::error!(error = %e, "retention failed");
+                shared.trouble.report("retention failed", &e);
                 return;
             }
         }
@@ -312,5 +339,63 @@ pub(crate) async fn notices(shared: Arc<Shared>, stop: CancellationToken) {
             },
             _ = stop.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::due_periods;
+    use crate::runtime::Schedule;
+
+    fn t(s: &str) -> crate::Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn recent_periods_are_each_due_and_an_old_backlog_collapses_to_one() {
+        let every = Schedule::every(Duration::from_secs(1)).unwrap();
+        let win = Duration::from_secs(60);
+        // A failover of three seconds: each missed period is enqueued.
+        let v = due_periods(
+            &every,
+            t("2026-01-01T00:00:10Z"),
+            t("2026-01-01T00:00:12.5Z"),
+            win,
+        );
+        assert_eq!(
+            v,
+            vec![
+                t("2026-01-01T00:00:10Z"),
+                t("2026-01-01T00:00:11Z"),
+                t("2026-01-01T00:00:12Z")
+            ]
+        );
+        // Down for a day: only the recent ones, not 86,400.
+        let v = due_periods(
+            &every,
+            t("2026-01-01T00:00:00Z"),
+            t("2026-01-02T00:00:00Z"),
+            win,
+        );
+        assert_eq!(v.len(), 61);
+        // An hourly schedule down for five hours: the latest missed period once.
+        let hourly = Schedule::every(Duration::from_secs(3600)).unwrap();
+        let v = due_periods(
+            &hourly,
+            t("2026-01-01T03:00:00Z"),
+            t("2026-01-01T07:30:00Z"),
+            win,
+        );
+        assert_eq!(v, vec![t("2026-01-01T07:00:00Z")]);
+        // Not due yet: nothing.
+        assert!(due_periods(
+            &hourly,
+            t("2026-01-01T08:00:00Z"),
+            t("2026-01-01T07:30:00Z"),
+            win
+        )
+        .is_empty());
     }
 }

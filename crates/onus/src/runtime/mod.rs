@@ -96,11 +96,45 @@ pub enum BuildError {
     Invalid(String),
 }
 
-/// In-process signals shared by the client and the workers.
+/// Logs the first failure of a database outage as an error and the rest quietly, until a
+/// success says the database is back: one clear error per outage, not one per loop.
 #[derive(Debug, Default)]
+pub(crate) struct Trouble(std::sync::atomic::AtomicBool);
+
+impl Trouble {
+    pub(crate) fn report(&self, what: &str, e: &dyn std::fmt::Display) {
+        if self.0.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!(error = %e, "{what}");
+        } else {
+            tracing::error!(error = %e, "{what}; will keep trying until the database answers");
+        }
+    }
+
+    pub(crate) fn clear(&self) {
+        if self.0.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!("the database answers again");
+        }
+    }
+}
+
+/// In-process signals shared by the client and the workers.
+#[derive(Debug)]
 pub(crate) struct Hub {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
     running: Mutex<HashMap<JobId, CancellationToken>>,
+    /// Bumped when this process lost contact with the database for longer than a lease: every
+    /// running attempt is dropped without an outcome, since another process may rescue it.
+    fence: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            queues: Mutex::default(),
+            running: Mutex::default(),
+            fence: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Hub {
@@ -138,9 +172,43 @@ impl Hub {
     fn running_ids(&self) -> usize {
         self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+
+    /// Marks a claimed job as running in this process; returns its cancellation token.
+    pub(crate) fn register(&self, id: JobId) -> CancellationToken {
+        let t = CancellationToken::new();
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, t.clone());
+        t
+    }
+
+    pub(crate) fn unregister(&self, id: JobId) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    pub(crate) fn is_running(&self, id: JobId) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&id)
+    }
+
+    pub(crate) fn fence_subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.fence.subscribe()
+    }
+
+    /// Drops every running attempt without an outcome (see `fence`).
+    pub(crate) fn fence_all(&self) {
+        self.fence.send_modify(|n| *n += 1);
+    }
 }
 
 pub(crate) struct Shared {
+    pub(crate) trouble: Trouble,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) kinds: HashMap<String, Kind>,
@@ -285,6 +353,7 @@ impl Builder {
             rand::random::<u32>()
         );
         let shared = Shared {
+            trouble: Trouble::default(),
             store: self.store,
             clock: self.clock,
             kinds: self.kinds.into_iter().collect(),

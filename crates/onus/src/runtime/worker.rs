@@ -72,9 +72,13 @@ pub(crate) async fn run_queue(
         let got = claimed.len();
         for job in claimed {
             let permit = permits.pop();
+            // Known as running here before anything can await: the rescuer never takes it.
+            let cancel = shared.hub.register(job.id);
             let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
             tracker.spawn(async move {
-                execute(shared, job, hard, finish).await;
+                let id = job.id;
+                execute(&shared, job, cancel, hard, finish).await;
+                shared.hub.unregister(id);
                 drop(permit);
             });
         }
@@ -106,11 +110,13 @@ pub(crate) async fn jumped(rx: &mut Option<tokio::sync::watch::Receiver<crate::T
 
 /// Runs one attempt of `job` and queues its outcome.
 async fn execute(
-    shared: Arc<Shared>,
+    shared: &Arc<Shared>,
     job: Job,
+    cancel: CancellationToken,
     hard: CancellationToken,
     finish: mpsc::UnboundedSender<Finish>,
 ) {
+    let mut fence = shared.hub.fence_subscribe();
     let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
         return; // claims only ask for known kinds
     };
@@ -135,19 +141,12 @@ async fn execute(
             }
             Err(e) => {
                 tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                let _ = finish.send(finish_of(&shared, &job, Transition::Return, None));
+                let _ = finish.send(finish_of(shared, &job, Transition::Return, None));
                 return;
             }
         }
     }
 
-    let cancel = CancellationToken::new();
-    shared
-        .hub
-        .running
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(job.id, cancel.clone());
     let job = Arc::new(job);
     let ctx = JobContext {
         job: job.clone(),
@@ -178,13 +177,12 @@ async fn execute(
             handle.abort();
             None
         }
+        _ = fence.changed() => {
+            handle.abort();
+            tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+            return; // no outcome: the job's lease is void and a rescuer decides
+        }
     };
-    shared
-        .hub
-        .running
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&job.id);
     // A handler that saw the cancellation and returned an error ends cancelled, whichever
     // branch above noticed first; one that succeeded anyway stays completed.
     let end = match end {
@@ -202,7 +200,7 @@ async fn execute(
         }
         None => Transition::Return,
     };
-    let _ = finish.send(finish_of(&shared, &job, transition, release_lease));
+    let _ = finish.send(finish_of(shared, &job, transition, release_lease));
 }
 
 fn joined(r: Result<crate::JobResult, tokio::task::JoinError>) -> AttemptEnd {

@@ -295,12 +295,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Manual cancel of every matching unfinished job.
     async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome>;
 
-    /// Running jobs of `kinds` whose lease expired before `now`, not held by `except_owner`.
+    /// Running jobs of `kinds` whose lease expired before `now`.
     async fn expired(
         &self,
         kinds: &[String],
         now: Timestamp,
-        except_owner: &str,
         limit: usize,
     ) -> StoreResult<Vec<Job>>;
 

@@ -474,3 +474,78 @@ async fn bad_urls_and_credentials_fail_at_start_with_what_is_wrong() {
         .to_string();
     assert!(e.contains("not a PostgreSQL URL"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_cut_off_longer_than_its_lease_drops_its_attempts() {
+    struct Dropped(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let pg = PgCluster::start().unwrap();
+    let url = pg.fresh_database().await.unwrap();
+    let store = onus::open(&url).await.unwrap();
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = dropped.clone();
+    let onus = Onus::builder(store.clone())
+        .options(Options {
+            lease_ttl: Duration::from_secs(2),
+            heartbeat_interval: Duration::from_millis(200),
+            rescue_interval: Duration::from_millis(200),
+            poll_interval: Duration::from_millis(200),
+            ..Options::default()
+        })
+        .kind(Kind::new("long").handler(move |ctx: JobContext| {
+            let d = d.clone();
+            async move {
+                if ctx.attempt() == 1 {
+                    let _guard = Dropped(d);
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    let id = onus
+        .client()
+        .insert(NewJob::new("long", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let running = onus.start();
+    wait_until("the first attempt runs", || async {
+        store
+            .get(id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|j| j.state == JobState::Running)
+    })
+    .await;
+    pg.stop().unwrap();
+    // Cut off for most of a lease: the attempt is dropped, so no rescuer elsewhere can overlap it.
+    wait_until("the attempt was dropped", || async {
+        dropped.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    pg.restart().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let j = loop {
+        if let Ok(Some(j)) = store.get(id).await {
+            if j.state == JobState::Completed {
+                break j;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job was never rescued and completed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(j.attempt, 2);
+    assert_eq!(j.errors[0].class, EntryClass::WorkerLost);
+    running.shutdown(Duration::from_secs(5)).await;
+}

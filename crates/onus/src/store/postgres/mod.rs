@@ -856,7 +856,6 @@ impl Store for PostgresStore {
         &self,
         kinds: &[String],
         now: Timestamp,
-        except_owner: &str,
         limit: usize,
     ) -> StoreResult<Vec<Job>> {
         let c = self.client().await?;
@@ -865,9 +864,9 @@ impl Store for PostgresStore {
             .query(
                 &format!(
                     "SELECT {JOB_COLS} FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
-                     AND lease_owner != $2 AND kind = ANY($3) ORDER BY lease_expires_at LIMIT $4"
+                     AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3"
                 ),
-                &[&now, &except_owner, &kinds, &limit],
+                &[&now, &kinds, &limit],
             )
             .await
             .map_err(q)?;

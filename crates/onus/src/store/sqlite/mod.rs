@@ -833,20 +833,18 @@ impl Store for SqliteStore {
         &self,
         kinds: &[String],
         now: Timestamp,
-        except_owner: &str,
         limit: usize,
     ) -> StoreResult<Vec<Job>> {
         let kinds = serde_json::to_string(kinds).map_err(|e| StoreError::Query(e.to_string()))?;
-        let owner = except_owner.to_string();
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached(&format!(
                     "SELECT {JOB_COLS} FROM onus_jobs WHERE state = 'running' AND lease_expires_at < ?1
-                     AND lease_owner != ?2 AND kind IN (SELECT value FROM json_each(?3))
-                     ORDER BY lease_expires_at LIMIT ?4"
+                     AND kind IN (SELECT value FROM json_each(?2))
+                     ORDER BY lease_expires_at LIMIT ?3"
                 ))
                 .map_err(q)?;
-            let rows = stmt.query_map(params![us(now), owner, kinds, limit as i64], job_from_row).map_err(q)?;
+            let rows = stmt.query_map(params![us(now), kinds, limit as i64], job_from_row).map_err(q)?;
             rows.collect::<rusqlite::Result<Vec<Job>>>().map_err(q)
         })
         .await
