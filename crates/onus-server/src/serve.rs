@@ -89,7 +89,7 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let running = onus.start();
     tracing::info!(
-        database = %redact(&url),
+        database = %onus::store::postgres::redact(&url),
         config = %path.map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into()),
         owner = onus.owner(),
         "onus {} listening on http://{addr}",
@@ -115,18 +115,4 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// The URL with any password hidden, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
 }

@@ -262,31 +262,29 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn serve_defaults_to_sqlite_in_the_working_directory_and_answers_healthz() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onus"))
-        .current_dir(dir.path())
+/// Starts `onus serve` in `dir` with `env`, answers `GET /healthz`, and stops it with SIGTERM.
+fn serve_and_check(dir: &Path, env: &[(&str, &str)], database: &str) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_onus"));
+    cmd.current_dir(dir)
         .arg("serve")
         .env_remove("ONUS_DATABASE_URL")
         .env_remove("ONUS_CONFIG")
         .env("ONUS_LISTEN", "127.0.0.1:0")
         .env("NO_COLOR", "1")
         .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let addr = wait_for_listen(&mut err);
     let resp = http_get(&addr, "/healthz");
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains("\"status\":\"ok\""), "{resp}");
     assert!(
-        resp.contains("\"status\":\"ok\"") && resp.contains("\"database\":\"sqlite\""),
+        resp.contains(&format!("\"database\":\"{database}\"")),
         "{resp}"
-    );
-    assert!(
-        dir.path().join("onus.db").is_file(),
-        "the default database is onus.db in the working directory"
     );
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -298,4 +296,30 @@ fn serve_defaults_to_sqlite_in_the_working_directory_and_answers_healthz() {
     err.read_to_string(&mut rest).unwrap();
     assert!(code.success(), "serve exits cleanly on SIGTERM: {rest}");
     assert!(rest.contains("stopped"), "{rest}");
+}
+
+#[test]
+fn serve_defaults_to_sqlite_in_the_working_directory_and_answers_healthz() {
+    let dir = tempfile::tempdir().unwrap();
+    serve_and_check(dir.path(), &[], "sqlite");
+    assert!(
+        dir.path().join("onus.db").is_file(),
+        "the default database is onus.db in the working directory"
+    );
+}
+
+#[tokio::test]
+async fn serve_runs_unchanged_on_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = onus_testkit::PgCluster::shared()
+        .fresh_database()
+        .await
+        .unwrap();
+    let d = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        serve_and_check(&d, &[("ONUS_DATABASE_URL", url.as_str())], "postgres")
+    })
+    .await
+    .unwrap();
+    assert!(!dir.path().join("onus.db").exists());
 }
