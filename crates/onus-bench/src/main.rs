@@ -1,0 +1,32 @@
+//! `onus-bench`: the benchmark program.
+//!
+//! Speed is measured here, never by timed tests. The program obeys a driver contract so that an
+//! outside harness can run it side by side with other queues:
+//!
+//! - input, from the environment: `DATABASE_URL` (`sqlite://...` or `postgres://...`, an empty
+//!   database whose schema is installed untimed), `MODE` (`throughput` or `latency`), `N`,
+//!   `CONCURRENCY` (total handler slots), `WORKER_PROCS` (1 or 2 worker processes sharing the
+//!   slots), `INSERT_CHUNK` (jobs per batch insert, default 1000), `LATENCY_GAP_MS` (pause after
+//!   each latency sample, plus a random 0 to that much more), `LATENCY_WARMUP` (samples dropped)
+//!   and `RUN_TIMEOUT_S`;
+//! - output: logs on stderr and exactly one JSON line on stdout; on failure
+//!   `{"peer", "mode", "error"}` and a non-zero exit.
+//!
+//! `onus-bench suite` runs every mode on SQLite and on a throwaway PostgreSQL (durable settings)
+//! several times in one run and prints medians and ratios.
+
+mod contract;
+mod suite;
+mod worker;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    if std::env::var("ONUS_BENCH_ROLE").as_deref() == Ok("worker") {
+        return worker::main();
+    }
+    if std::env::args().nth(1).as_deref() == Some("suite") {
+        return suite::main();
+    }
+    contract::main()
+}
