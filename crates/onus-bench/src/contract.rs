@@ -26,14 +26,18 @@ pub struct Config {
 
 fn var<T: std::str::FromStr>(name: &str, default: Option<T>) -> Result<T, String> {
     match std::env::var(name) {
-        Ok(v) => v.trim().parse().map_err(|_| format!("{name}={v:?} is not a valid number")),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={v:?} is not a valid number")),
         Err(_) => default.ok_or_else(|| format!("{name} is not set")),
     }
 }
 
 impl Config {
     pub fn from_env() -> Result<Config, String> {
-        let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set".to_string())?;
+        let url =
+            std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set".to_string())?;
         let mode = std::env::var("MODE").unwrap_or_else(|_| "throughput".into());
         if mode != "throughput" && mode != "latency" {
             return Err(format!("MODE={mode:?}: use throughput or latency"));
@@ -44,7 +48,9 @@ impl Config {
         }
         let concurrency: usize = var("CONCURRENCY", Some(10))?;
         if concurrency < procs {
-            return Err(format!("CONCURRENCY={concurrency} must be at least WORKER_PROCS={procs}"));
+            return Err(format!(
+                "CONCURRENCY={concurrency} must be at least WORKER_PROCS={procs}"
+            ));
         }
         Ok(Config {
             url,
@@ -69,11 +75,20 @@ impl Config {
 }
 
 pub fn main() -> ExitCode {
-    let peer_of = |url: &str| if url.starts_with("sqlite:") { "onus-sqlite" } else { "onus-postgres" };
+    let peer_of = |url: &str| {
+        if url.starts_with("sqlite:") {
+            "onus-sqlite"
+        } else {
+            "onus-postgres"
+        }
+    };
     let mode = std::env::var("MODE").unwrap_or_else(|_| "throughput".into());
     let url = std::env::var("DATABASE_URL").unwrap_or_default();
     let fail = |error: String| {
-        println!("{}", json!({"peer": peer_of(&url), "mode": mode, "error": error}));
+        println!(
+            "{}",
+            json!({"peer": peer_of(&url), "mode": mode, "error": error})
+        );
         ExitCode::FAILURE
     };
     let cfg = match Config::from_env() {
@@ -87,7 +102,10 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         match tokio::time::timeout(cfg.timeout, run(&cfg)).await {
             Ok(r) => r,
-            Err(_) => Err(format!("the run did not finish within RUN_TIMEOUT_S={}", cfg.timeout.as_secs())),
+            Err(_) => Err(format!(
+                "the run did not finish within RUN_TIMEOUT_S={}",
+                cfg.timeout.as_secs()
+            )),
         }
     });
     match result {
@@ -108,7 +126,10 @@ async fn run(cfg: &Config) -> Result<Value, String> {
 }
 
 async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, String> {
-    let client = Onus::builder(store.clone()).build().map_err(|e| e.to_string())?.client();
+    let client = Onus::builder(store.clone())
+        .build()
+        .map_err(|e| e.to_string())?
+        .client();
     let t = Instant::now();
     let mut left = cfg.n;
     while left > 0 {
@@ -173,7 +194,9 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
     }
     drop(ready_tx);
     for _ in 0..cfg.procs {
-        ready_rx.recv().map_err(|_| "a worker process exited before it was ready".to_string())?;
+        ready_rx
+            .recv()
+            .map_err(|_| "a worker process exited before it was ready".to_string())?;
     }
     let start_us = unix_us();
     for s in stdins.iter_mut() {
@@ -193,7 +216,11 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let end_us = last.iter().map(|t| t.load(Ordering::SeqCst)).max().unwrap_or(start_us);
+    let end_us = last
+        .iter()
+        .map(|t| t.load(Ordering::SeqCst))
+        .max()
+        .unwrap_or(start_us);
     let run_s = (end_us.saturating_sub(start_us)) as f64 / 1e6;
     for s in stdins.iter_mut() {
         let _ = writeln!(s, "stop");
@@ -206,8 +233,16 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
         let _ = r.join();
     }
     let counts = store.counts().await.map_err(|e| e.to_string())?;
-    let completed: u64 = counts.iter().filter(|c| c.state == JobState::Completed).map(|c| c.count).sum();
-    let remaining: u64 = counts.iter().filter(|c| c.state != JobState::Completed).map(|c| c.count).sum();
+    let completed: u64 = counts
+        .iter()
+        .filter(|c| c.state == JobState::Completed)
+        .map(|c| c.count)
+        .sum();
+    let remaining: u64 = counts
+        .iter()
+        .filter(|c| c.state != JobState::Completed)
+        .map(|c| c.count)
+        .sum();
     let mut notes = Vec::new();
     if completed != n {
         notes.push(format!("expected {n} completed jobs, found {completed}"));
@@ -230,7 +265,10 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
 }
 
 pub fn unix_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, String> {
@@ -249,7 +287,10 @@ async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, Str
     let mut enqueue = Vec::with_capacity(cfg.n);
     for i in 0..cfg.n + cfg.warmup {
         let t0 = Instant::now();
-        client.insert(NewJob::new(KIND, json!({}))).await.map_err(|e| e.to_string())?;
+        client
+            .insert(NewJob::new(KIND, json!({})))
+            .await
+            .map_err(|e| e.to_string())?;
         let t1 = Instant::now();
         let started = rx.recv().await.ok_or("the worker stopped")?;
         if i >= cfg.warmup {
@@ -271,10 +312,17 @@ async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, Str
         let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
         v[i.min(v.len() - 1)]
     };
-    let mean = if samples.is_empty() { 0.0 } else { samples.iter().sum::<f64>() / samples.len() as f64 };
+    let mean = if samples.is_empty() {
+        0.0
+    } else {
+        samples.iter().sum::<f64>() / samples.len() as f64
+    };
     let mut notes = vec!["the inserting client and the worker share one process: an insert wakes the worker directly".to_string()];
     if cfg.procs != 1 {
-        notes.push(format!("WORKER_PROCS={} is ignored in latency mode: one worker process", cfg.procs));
+        notes.push(format!(
+            "WORKER_PROCS={} is ignored in latency mode: one worker process",
+            cfg.procs
+        ));
     }
     Ok(json!({
         "peer": cfg.peer(),

@@ -17,7 +17,12 @@ struct Opts {
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { reps: 3, n: 20_000, latency_n: 300, concurrency: 10 };
+    let mut o = Opts {
+        reps: 3,
+        n: 20_000,
+        latency_n: 300,
+        concurrency: 10,
+    };
     let args: Vec<String> = std::env::args().skip(2).collect();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -41,9 +46,13 @@ fn run_once(url: &str, env: &[(&str, String)]) -> Result<Value, String> {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.stderr(std::process::Stdio::null()).output().map_err(|e| e.to_string())?;
+    let out = cmd
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
     let line = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(line.trim()).map_err(|e| format!("bad output {line:?}: {e}"))?;
+    let v: Value =
+        serde_json::from_str(line.trim()).map_err(|e| format!("bad output {line:?}: {e}"))?;
     if let Some(e) = v.get("error") {
         return Err(format!("run failed: {e}"));
     }
@@ -77,7 +86,10 @@ fn suite() -> Result<(), String> {
     let mut url_for = |backend: &str| -> Result<String, String> {
         fresh += 1;
         match backend {
-            "sqlite" => Ok(format!("sqlite://{}", dir.path().join(format!("bench-{fresh}.db")).display())),
+            "sqlite" => Ok(format!(
+                "sqlite://{}",
+                dir.path().join(format!("bench-{fresh}.db")).display()
+            )),
             _ => rt.block_on(pg.fresh_database()).map_err(|e| e.to_string()),
         }
     };
@@ -85,17 +97,32 @@ fn suite() -> Result<(), String> {
     let workloads: Vec<(String, Vec<(&str, String)>, &str)> = vec![
         (
             format!("throughput, {} jobs, 1 process", o.n),
-            vec![("MODE", "throughput".into()), ("N", o.n.to_string()), ("CONCURRENCY", c.clone()), ("WORKER_PROCS", "1".into())],
+            vec![
+                ("MODE", "throughput".into()),
+                ("N", o.n.to_string()),
+                ("CONCURRENCY", c.clone()),
+                ("WORKER_PROCS", "1".into()),
+            ],
             "jobs_per_s",
         ),
         (
             format!("throughput, {} jobs, 2 processes", o.n),
-            vec![("MODE", "throughput".into()), ("N", o.n.to_string()), ("CONCURRENCY", c.clone()), ("WORKER_PROCS", "2".into())],
+            vec![
+                ("MODE", "throughput".into()),
+                ("N", o.n.to_string()),
+                ("CONCURRENCY", c.clone()),
+                ("WORKER_PROCS", "2".into()),
+            ],
             "jobs_per_s",
         ),
         (
             format!("batch insert, {} jobs", o.n),
-            vec![("MODE", "throughput".into()), ("N", o.n.to_string()), ("CONCURRENCY", c.clone()), ("WORKER_PROCS", "1".into())],
+            vec![
+                ("MODE", "throughput".into()),
+                ("N", o.n.to_string()),
+                ("CONCURRENCY", c.clone()),
+                ("WORKER_PROCS", "1".into()),
+            ],
             "insert_jobs_per_s",
         ),
         (
@@ -121,7 +148,9 @@ fn suite() -> Result<(), String> {
             "p99_ms",
         ),
     ];
-    println!("| workload | metric | onus-sqlite (median) | onus-postgres (median) | sqlite / postgres |");
+    println!(
+        "| workload | metric | onus-sqlite (median) | onus-postgres (median) | sqlite / postgres |"
+    );
     println!("|---|---|---|---|---|");
     for (name, env, metric) in &workloads {
         let mut medians = Vec::new();
@@ -130,7 +159,11 @@ fn suite() -> Result<(), String> {
             for _ in 0..o.reps {
                 let v = run_once(&url_for(backend)?, env)?;
                 eprintln!("{backend} {name}: {v}");
-                vals.push(v[*metric].as_f64().ok_or_else(|| format!("no {metric} in {v}"))?);
+                vals.push(
+                    v[*metric]
+                        .as_f64()
+                        .ok_or_else(|| format!("no {metric} in {v}"))?,
+                );
             }
             medians.push(median(vals));
         }

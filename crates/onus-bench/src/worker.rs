@@ -12,7 +12,10 @@ use crate::contract::{unix_us, KIND};
 
 pub fn main() -> ExitCode {
     let url = std::env::var("DATABASE_URL").unwrap_or_default();
-    let slots: usize = std::env::var("ONUS_BENCH_SLOTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let slots: usize = std::env::var("ONUS_BENCH_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -59,7 +62,11 @@ pub fn main() -> ExitCode {
             }
         }
         running.shutdown(Duration::from_secs(30)).await;
-        println!("calls {} {}", calls.load(Ordering::SeqCst), last.load(Ordering::SeqCst));
+        println!(
+            "calls {} {}",
+            calls.load(Ordering::SeqCst),
+            last.load(Ordering::SeqCst)
+        );
         Ok(())
     });
     match r {

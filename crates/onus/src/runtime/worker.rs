@@ -15,7 +15,11 @@ use crate::job::Job;
 use crate::outcome::{decide, AttemptEnd, Transition};
 use crate::store::{ClaimRequest, Finish, LeaseDecision};
 
-/// One queue's producer: waits for free slots and due jobs, claims, and spawns attempts.
+/// One queue's producer: claims due jobs in batches and spawns their attempts.
+///
+/// A queue runs at most `concurrency` attempts at once and holds at most as many more claimed
+/// jobs ready to start (so the next claim overlaps the current attempts instead of waiting for a
+/// slot to free). Claimed jobs start in claim order; one not started by shutdown is handed back.
 pub(crate) async fn run_queue(
     shared: Arc<Shared>,
     queue: String,
@@ -25,7 +29,17 @@ pub(crate) async fn run_queue(
     tracker: TaskTracker,
     finish: mpsc::UnboundedSender<Finish>,
 ) {
-    let slots = Arc::new(Semaphore::new(concurrency));
+    let slots = Arc::new(Semaphore::new(concurrency * 2)); // claimed: running or ready
+    let (ready, ready_rx) = mpsc::unbounded_channel::<Ready>();
+    let dispatcher = tokio::spawn(dispatch(
+        shared.clone(),
+        ready_rx,
+        Arc::new(Semaphore::new(concurrency)),
+        stop.clone(),
+        hard.clone(),
+        tracker.clone(),
+        finish.clone(),
+    ));
     let notify = shared.hub.queue(&queue);
     let mut jumps = shared.clock.jumps();
     let kinds = shared.handled_kinds();
@@ -74,12 +88,10 @@ pub(crate) async fn run_queue(
             let permit = permits.pop();
             // Known as running here before anything can await: the rescuer never takes it.
             let cancel = shared.hub.register(job.id);
-            let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
-            tracker.spawn(async move {
-                let id = job.id;
-                execute(&shared, job, cancel, hard, finish).await;
-                shared.hub.unregister(id);
-                drop(permit);
+            let _ = ready.send(Ready {
+                job,
+                cancel,
+                claimed: permit,
             });
         }
         drop(permits);
@@ -92,6 +104,57 @@ pub(crate) async fn run_queue(
             _ = tokio::time::sleep(poll) => {}
             _ = jumped(&mut jumps) => {}
             _ = stop.cancelled() => break,
+        }
+    }
+    drop(ready);
+    let _ = dispatcher.await;
+}
+
+/// A claimed job waiting for a run slot.
+struct Ready {
+    job: Job,
+    cancel: CancellationToken,
+    claimed: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
+/// it started) a job is handed back unstarted, its attempt unspent.
+async fn dispatch(
+    shared: Arc<Shared>,
+    mut ready: mpsc::UnboundedReceiver<Ready>,
+    run_slots: Arc<Semaphore>,
+    stop: CancellationToken,
+    hard: CancellationToken,
+    tracker: TaskTracker,
+    finish: mpsc::UnboundedSender<Finish>,
+) {
+    while let Some(Ready {
+        job,
+        cancel,
+        claimed,
+    }) = ready.recv().await
+    {
+        let run = tokio::select! {
+            biased;
+            _ = stop.cancelled() => None,
+            p = run_slots.clone().acquire_owned() => p.ok(),
+        };
+        let id = job.id;
+        match run {
+            Some(run) if !cancel.is_cancelled() => {
+                let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
+                tracker.spawn(async move {
+                    execute(&shared, job, cancel, hard, finish).await;
+                    shared.hub.unregister(id);
+                    drop(run);
+                    drop(claimed);
+                });
+            }
+            _ => {
+                // The store turns this into a cancel when one was asked for.
+                let _ = finish.send(finish_of(&shared, &job, Transition::Return, None));
+                shared.hub.unregister(id);
+            }
         }
     }
 }

@@ -217,8 +217,9 @@ pub async fn sigkill_loses_no_job(env: Env) {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    wait_until("the child holds 20 running jobs", || async {
-        env.count(JobState::Running).await == 20
+    // 20 slots, and as many claimed jobs ready to start.
+    wait_until("the child holds 40 claimed jobs", || async {
+        env.count(JobState::Running).await == 40
     })
     .await;
     child.start_kill().unwrap(); // SIGKILL
@@ -250,8 +251,8 @@ pub async fn sigkill_loses_no_job(env: Env) {
         }
     }
     assert_eq!(
-        lost, 20,
-        "exactly the 20 jobs the killed process held were rescued"
+        lost, 40,
+        "exactly the 40 jobs the killed process held were rescued"
     );
     running.shutdown(Duration::from_secs(5)).await;
 }

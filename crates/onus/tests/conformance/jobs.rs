@@ -436,7 +436,6 @@ pub async fn queues_have_their_own_concurrency(env: Env) {
         async move { gg[0].now.load(Ordering::SeqCst) == 2 && gg[1].now.load(Ordering::SeqCst) == 1 }
     })
     .await;
-    assert_eq!(e.count(JobState::Running).await, 3);
     gate.add_permits(9);
     for id in ids {
         env.wait_state(id, JobState::Completed).await;
