@@ -59,6 +59,9 @@ fn run_once(url: &str, env: &[(&str, String)]) -> Result<Value, String> {
     Ok(v)
 }
 
+/// A workload: its name, the contract's environment, and the metric reported.
+type Workload = (String, Vec<(&'static str, String)>, &'static str);
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
@@ -94,7 +97,7 @@ fn suite() -> Result<(), String> {
         }
     };
     let c = o.concurrency.to_string();
-    let workloads: Vec<(String, Vec<(&str, String)>, &str)> = vec![
+    let workloads: Vec<Workload> = vec![
         (
             format!("throughput, {} jobs, 1 process", o.n),
             vec![
