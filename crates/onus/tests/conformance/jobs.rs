@@ -430,7 +430,7 @@ pub async fn queues_have_their_own_concurrency(env: Env) {
         );
     }
     let running = onus.start();
-    let (gg, e) = (gauges.clone(), &env);
+    let gg = gauges.clone();
     wait_until("both queues full", || {
         let gg = gg.clone();
         async move { gg[0].now.load(Ordering::SeqCst) == 2 && gg[1].now.load(Ordering::SeqCst) == 1 }
