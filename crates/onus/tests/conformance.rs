@@ -79,6 +79,7 @@ macro_rules! suite {
                 rate_window_drops_on_purpose,
                 lease_slot_outlives_its_ttl_while_the_holder_runs,
                 a_handler_snooze_on_a_leased_job_keeps_its_time,
+                limits_hold_across_processes,
             ],
             periodic: [
                 interval_enqueues_once_per_period_across_restarts,

@@ -247,3 +247,82 @@ pub async fn a_handler_snooze_on_a_leased_job_keeps_its_time(env: Env) {
     let j = env.job(id).await;
     assert_eq!((j.state, j.attempt), (JobState::Snoozed, 0));
 }
+
+pub async fn limits_hold_across_processes(env: Env) {
+    // Two runtimes with their own connections to one database, as two processes would have.
+    let now = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let limit = RateWindow::new("per-owner", 3, Duration::from_secs(3600), WhenSpent::Snooze);
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let (n, m, limit) = (now.clone(), max.clone(), limit.clone());
+        let onus = onus::Onus::builder(env.reopen().await)
+            .clock(env.clock.clone())
+            .options(crate::harness::fast_options())
+            .queue("default", 8)
+            .kind(Kind::new("leased").handler(move |_c: JobContext| {
+                let (n, m) = (n.clone(), m.clone());
+                async move {
+                    let c = n.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(c, Ordering::SeqCst);
+                    for _ in 0..20 {
+                        tokio::task::yield_now().await;
+                    }
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            }))
+            .kind(Kind::new("rated").handler(move |ctx: JobContext| {
+                let limit = limit.clone();
+                async move { ctx.take(&limit, "owner-1").await }
+            }))
+            .build()
+            .unwrap();
+        running.push(onus.start());
+    }
+    let client = env.client();
+    let leased = client
+        .insert_many(
+            (0..16)
+                .map(|_| NewJob::new("leased", json!({})).lease_key("endpoint:9"))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let rated = client
+        .insert_many((0..10).map(|_| NewJob::new("rated", json!({}))).collect())
+        .await
+        .unwrap();
+    for r in &leased {
+        env.wait_state(r.job.id, JobState::Completed).await;
+    }
+    assert_eq!(
+        max.load(Ordering::SeqCst),
+        1,
+        "one at a time across both processes"
+    );
+    let env2 = &env;
+    let rated_ids: Vec<i64> = rated.iter().map(|r| r.job.id).collect();
+    let ids = &rated_ids;
+    crate::harness::wait_until("every rated job ran or snoozed", || async move {
+        let mut done = 0;
+        for id in ids {
+            let j = env2.job(*id).await;
+            if matches!(j.state, JobState::Completed | JobState::Snoozed) {
+                done += 1;
+            }
+        }
+        done == ids.len()
+    })
+    .await;
+    let mut completed = 0;
+    for id in &rated_ids {
+        if env.job(*id).await.state == JobState::Completed {
+            completed += 1;
+        }
+    }
+    assert_eq!(completed, 3, "three uses per window across both processes");
+    for r in running {
+        r.shutdown(Duration::from_secs(5)).await;
+    }
+}

@@ -549,3 +549,42 @@ async fn a_process_cut_off_longer_than_its_lease_drops_its_attempts() {
     assert_eq!(j.errors[0].class, EntryClass::WorkerLost);
     running.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
+    let env = Env::new(Backend::Postgres).await;
+    let client = env.client();
+    let rows = client
+        .insert_many((0..2000).map(|_| NewJob::new("old", json!({}))).collect())
+        .await
+        .unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.job.id).collect();
+    client
+        .cancel_where(&JobFilter {
+            ids,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let db = sql(&env.url).await;
+    db.batch_execute("ANALYZE onus_jobs; SET enable_seqscan = off")
+        .await
+        .unwrap();
+    let claim = include_str!("../../src/store/postgres/claim.sql");
+    let now = chrono::Utc::now();
+    let kinds = vec!["k".to_string()];
+    let plan: Vec<String> = db
+        .query(
+            &format!("EXPLAIN {claim}"),
+            &[&now, &"w", &now, &"default", &kinds, &10i64],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let text = plan.join("\n");
+    assert!(text.contains("onus_jobs_available"), "{text}");
+    assert!(text.contains("onus_jobs_delayed"), "{text}");
+    assert!(!text.contains("Seq Scan on onus_jobs"), "{text}");
+}
