@@ -1,0 +1,182 @@
+//! The driver contract is exact: one JSON line on stdout with exactly the documented keys, on
+//! SQLite and PostgreSQL alike, and a documented error line with a non-zero exit on failure.
+//! (Speed is never asserted here: the suite measures it.)
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+fn run(env: &[(&str, String)]) -> (bool, serde_json::Value) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_onus-bench"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "exactly one line on stdout: {stdout:?}"
+    );
+    (
+        out.status.success(),
+        serde_json::from_str(stdout.trim()).unwrap(),
+    )
+}
+
+fn keys(v: &serde_json::Value) -> BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+async fn urls(dir: &std::path::Path) -> Vec<String> {
+    vec![
+        format!("sqlite://{}", dir.join("bench.db").display()),
+        onus_testkit::PgCluster::shared()
+            .fresh_database()
+            .await
+            .unwrap(),
+    ]
+}
+
+#[tokio::test]
+async fn throughput_reports_exactly_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()).await {
+        for procs in ["1", "2"] {
+            let url = if url.starts_with("sqlite") {
+                format!(
+                    "sqlite://{}",
+                    dir.path().join(format!("t{procs}.db")).display()
+                )
+            } else {
+                onus_testkit::PgCluster::shared()
+                    .fresh_database()
+                    .await
+                    .unwrap()
+            };
+            let env = vec![
+                ("DATABASE_URL", url.clone()),
+                ("MODE", "throughput".into()),
+                ("N", "300".into()),
+                ("CONCURRENCY", "4".into()),
+                ("WORKER_PROCS", procs.into()),
+                ("INSERT_CHUNK", "100".into()),
+                ("RUN_TIMEOUT_S", "120".into()),
+            ];
+            let (ok, v) = tokio::task::spawn_blocking(move || run(&env))
+                .await
+                .unwrap();
+            assert!(ok, "{v}");
+            assert_eq!(
+                keys(&v),
+                set(&[
+                    "peer",
+                    "version",
+                    "mode",
+                    "n",
+                    "concurrency",
+                    "procs",
+                    "insert_s",
+                    "insert_jobs_per_s",
+                    "run_s",
+                    "jobs_per_s",
+                    "db_completed",
+                    "db_remaining",
+                    "notes"
+                ])
+            );
+            assert_eq!(
+                v["peer"],
+                if url.starts_with("sqlite") {
+                    "onus-sqlite"
+                } else {
+                    "onus-postgres"
+                }
+            );
+            assert_eq!(
+                (
+                    v["n"].as_u64(),
+                    v["db_completed"].as_u64(),
+                    v["db_remaining"].as_u64()
+                ),
+                (Some(300), Some(300), Some(0))
+            );
+            assert_eq!(v["procs"].as_u64(), Some(procs.parse().unwrap()));
+            assert!(v["jobs_per_s"].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn latency_reports_exactly_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()).await {
+        let env = vec![
+            ("DATABASE_URL", url),
+            ("MODE", "latency".into()),
+            ("N", "20".into()),
+            ("LATENCY_GAP_MS", "1".into()),
+            ("LATENCY_WARMUP", "3".into()),
+            ("RUN_TIMEOUT_S", "120".into()),
+        ];
+        let (ok, v) = tokio::task::spawn_blocking(move || run(&env))
+            .await
+            .unwrap();
+        assert!(ok, "{v}");
+        assert_eq!(
+            keys(&v),
+            set(&[
+                "peer",
+                "version",
+                "mode",
+                "n",
+                "samples",
+                "p50_ms",
+                "p90_ms",
+                "p99_ms",
+                "max_ms",
+                "mean_ms",
+                "enqueue_p50_ms",
+                "notify",
+                "poll_interval_ms",
+                "notes"
+            ])
+        );
+        assert_eq!(
+            v["samples"].as_u64(),
+            Some(20),
+            "warm-up samples are dropped"
+        );
+        let (p50, p99, max) = (
+            v["p50_ms"].as_f64().unwrap(),
+            v["p99_ms"].as_f64().unwrap(),
+            v["max_ms"].as_f64().unwrap(),
+        );
+        assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{v}");
+    }
+}
+
+#[test]
+fn failures_report_the_error_line_and_exit_non_zero() {
+    let (ok, v) = run(&[
+        ("DATABASE_URL", "sqlite:///no/such/dir/x.db".into()),
+        ("MODE", "throughput".into()),
+    ]);
+    assert!(!ok);
+    assert_eq!(keys(&v), set(&["peer", "mode", "error"]));
+    assert!(
+        v["error"].as_str().unwrap().contains("does not exist"),
+        "{v}"
+    );
+    let (ok, v) = run(&[
+        ("DATABASE_URL", "sqlite://x.db".into()),
+        ("MODE", "sprint".into()),
+    ]);
+    assert!(!ok);
+    assert!(v["error"].as_str().unwrap().contains("MODE"), "{v}");
+}
