@@ -379,6 +379,70 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// A job asked to cancel ends cancelled instead of waiting to run again (both stores apply this
+/// when recording an attempt).
+pub(crate) fn cancel_if_requested(
+    t: &Transition,
+    requested: bool,
+    now: Timestamp,
+    attempt: u32,
+) -> Transition {
+    let cancelled = |message: String| Transition::Cancel {
+        entry: crate::job::HistoryEntry {
+            at: now,
+            attempt,
+            class: crate::job::EntryClass::Cancelled,
+            message,
+        },
+    };
+    match t {
+        Transition::Retry { entry, .. } | Transition::Snooze { entry, .. } if requested => {
+            cancelled(format!(
+                "cancelled by request (the attempt ended: {})",
+                entry.message
+            ))
+        }
+        Transition::Return if requested => cancelled("cancelled by request".into()),
+        t => t.clone(),
+    }
+}
+
+/// When a retry or cancel by filter changed nothing: the single job it named, if it named exactly
+/// one, so the caller can explain why (see [`refusal`]).
+pub(crate) fn single_id(f: &JobFilter) -> Option<JobId> {
+    match f.ids.as_slice() {
+        [id] if f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty() => Some(*id),
+        _ => None,
+    }
+}
+
+/// Why a single-job retry (`retry = true`) or cancel did nothing, as an error the caller can act on.
+pub(crate) fn refusal(id: JobId, job: Option<&Job>, retry: bool) -> StoreError {
+    let Some(j) = job else {
+        return StoreError::NotFound(id);
+    };
+    if retry && j.state != JobState::Completed && j.state != JobState::Running {
+        if let Some(key) = &j.unique_key {
+            return StoreError::Conflict(format!(
+                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
+                j.kind
+            ));
+        }
+    }
+    let (action, why) = if retry {
+        (
+            "retried",
+            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried",
+        )
+    } else {
+        ("cancelled", "it is already finished")
+    };
+    StoreError::Conflict(format!(
+        "job {id} is {}; it cannot be {action}: {why}",
+        j.state
+    ))
+}
+
 /// Opens the store a URL names: `sqlite://path/to/file.db` (created if missing).
 pub async fn open(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
     if url.starts_with("sqlite:") {

@@ -384,33 +384,6 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
     })
 }
 
-/// A job asked to cancel ends cancelled instead of waiting to run again.
-fn cancel_if_requested(
-    t: &Transition,
-    requested: bool,
-    now: Timestamp,
-    attempt: u32,
-) -> Transition {
-    let cancelled = |message: String| Transition::Cancel {
-        entry: HistoryEntry {
-            at: now,
-            attempt,
-            class: EntryClass::Cancelled,
-            message,
-        },
-    };
-    match t {
-        Transition::Retry { entry, .. } | Transition::Snooze { entry, .. } if requested => {
-            cancelled(format!(
-                "cancelled by request (the attempt ended: {})",
-                entry.message
-            ))
-        }
-        Transition::Return if requested => cancelled("cancelled by request".into()),
-        t => t.clone(),
-    }
-}
-
 /// Records one finished attempt inside the open transaction `c`.
 async fn finish_one(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
     let attempt = f.attempt as i32;
@@ -619,36 +592,6 @@ async fn get_job(c: &impl GenericClient, id: JobId) -> StoreResult<Option<Job>> 
     row.as_ref().map(job_from).transpose()
 }
 
-async fn explain_refusal(c: &impl GenericClient, f: &JobFilter, action: &str) -> StoreResult<()> {
-    let [id] = f.ids.as_slice() else {
-        return Ok(());
-    };
-    if !(f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty()) {
-        return Ok(());
-    }
-    let Some(j) = get_job(c, *id).await? else {
-        return Err(StoreError::NotFound(*id));
-    };
-    if action == "retried" && j.state != JobState::Completed && j.state != JobState::Running {
-        if let Some(key) = &j.unique_key {
-            return Err(StoreError::Conflict(format!(
-                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
-                j.kind
-            )));
-        }
-    }
-    let why = match action {
-        "retried" => {
-            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried"
-        }
-        _ => "it is already finished",
-    };
-    Err(StoreError::Conflict(format!(
-        "job {id} is {}; it cannot be {action}: {why}",
-        j.state
-    )))
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
@@ -808,7 +751,9 @@ impl Store for PostgresStore {
         })?;
         let ids: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
         if ids.is_empty() {
-            explain_refusal(&*tx, filter, "retried").await?;
+            if let Some(id) = single_id(filter) {
+                return Err(refusal(id, get_job(&*tx, id).await?.as_ref(), true));
+            }
         }
         tx.commit().await.map_err(q)?;
         Ok(ids)
@@ -843,7 +788,9 @@ impl Store for PostgresStore {
             .map(|r| r.get(0))
             .collect();
         if cancelled.is_empty() && requested.is_empty() {
-            explain_refusal(&*tx, filter, "cancelled").await?;
+            if let Some(id) = single_id(filter) {
+                return Err(refusal(id, get_job(&*tx, id).await?.as_ref(), false));
+            }
         }
         tx.commit().await.map_err(q)?;
         Ok(CancelOutcome {

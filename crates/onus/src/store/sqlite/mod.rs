@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use super::*;
 use crate::clock::{from_micros, Timestamp};
-use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId, JobState};
+use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId};
 use crate::outcome::Transition;
 
 pub use rusqlite;
@@ -546,33 +546,6 @@ fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
     Ok(true)
 }
 
-/// A job asked to cancel ends cancelled instead of waiting to run again.
-fn cancel_if_requested(
-    t: &Transition,
-    requested: bool,
-    now: Timestamp,
-    attempt: u32,
-) -> Transition {
-    let cancelled = |message: String| Transition::Cancel {
-        entry: HistoryEntry {
-            at: now,
-            attempt,
-            class: EntryClass::Cancelled,
-            message,
-        },
-    };
-    match t {
-        Transition::Retry { entry, .. } | Transition::Snooze { entry, .. } if requested => {
-            cancelled(format!(
-                "cancelled by request (the attempt ended: {})",
-                entry.message
-            ))
-        }
-        Transition::Return if requested => cancelled("cancelled by request".into()),
-        t => t.clone(),
-    }
-}
-
 fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreResult<()> {
     let freed = conn
         .prepare_cached("DELETE FROM onus_leases WHERE key = ?1 AND job_id = ?2")
@@ -623,37 +596,6 @@ fn filter_sql(f: &JobFilter, params: &mut Vec<Box<dyn ToSql + Send>>) -> String 
 
 fn refs(p: &[Box<dyn ToSql + Send>]) -> Vec<&dyn ToSql> {
     p.iter().map(|b| b.as_ref() as &dyn ToSql).collect()
-}
-
-/// Why a single-job retry or cancel did nothing, as an error the caller can act on.
-fn explain_refusal(conn: &Connection, f: &JobFilter, action: &str) -> StoreResult<()> {
-    let [id] = f.ids.as_slice() else {
-        return Ok(());
-    };
-    if !(f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty()) {
-        return Ok(());
-    }
-    let Some(j) = get_job(conn, *id)? else {
-        return Err(StoreError::NotFound(*id));
-    };
-    if action == "retried" && j.state != JobState::Completed && j.state != JobState::Running {
-        if let Some(key) = &j.unique_key {
-            return Err(StoreError::Conflict(format!(
-                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
-                j.kind
-            )));
-        }
-    }
-    let why = match action {
-        "retried" => {
-            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried"
-        }
-        _ => "it is already finished",
-    };
-    Err(StoreError::Conflict(format!(
-        "job {id} is {}; it cannot be {action}: {why}",
-        j.state
-    )))
 }
 
 #[async_trait]
@@ -787,7 +729,9 @@ impl Store for SqliteStore {
                     e => q(e),
                 })?;
             if ids.is_empty() {
-                explain_refusal(conn, &filter, "retried")?;
+                if let Some(id) = single_id(&filter) {
+                    return Err(refusal(id, get_job(conn, id)?.as_ref(), true));
+                }
             }
             Ok(ids)
         })
@@ -822,7 +766,9 @@ impl Store for SqliteStore {
                 .collect::<rusqlite::Result<Vec<JobId>>>()
                 .map_err(q)?;
             if cancelled.is_empty() && requested.is_empty() {
-                explain_refusal(conn, &filter, "cancelled")?;
+                if let Some(id) = single_id(&filter) {
+                    return Err(refusal(id, get_job(conn, id)?.as_ref(), false));
+                }
             }
             Ok(CancelOutcome { cancelled, requested })
         })
