@@ -1,11 +1,17 @@
 //! Throwaway services for tests and benchmarks.
 //!
+//! - [`PgCluster`]: a private PostgreSQL server.
+//! - [`sink::HttpSink`]: a scripted HTTP server on loopback that records every request.
+//! - [`sink::ConnCounter`]: a loopback listener that only counts connections.
+//!
 //! [`PgCluster`] starts a private PostgreSQL server from the binaries installed on the machine
 //! (`pg_config --bindir`, or Debian's `/usr/lib/postgresql/<version>/bin`), on a temporary
 //! directory and a free loopback port, with the server's normal durable settings (fsync and
 //! synchronous commit on). When run as root it runs the server as the `postgres` user, since
 //! `initdb` refuses root. The cluster is stopped and its directory removed when the
 //! [`PgCluster`] is dropped, and by a watchdog if the process dies first.
+
+pub mod sink;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -109,3 +109,30 @@ fn a_retry_crate_is_caught() {
     assert!(!ok, "{out}");
     assert!(out.contains("dependency graph"), "{out}");
 }
+
+#[test]
+fn an_http_client_outside_onus_http_or_with_retries_is_caught() {
+    let t = tree(&[(
+        "crates/onus-webhooks/src/deliver.rs",
+        "fn c() { let c = reqwest::Client::builder().build(); }\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(!ok, "{out}");
+    assert!(out.contains("outside crates/onus-http"), "{out}");
+    let t = tree(&[(
+        "crates/onus-http/src/client.rs",
+        "fn c() {\n    let c = reqwest::Client::builder()\n        .timeout(t)\n        .build();\n}\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("without .retry(reqwest::retry::never())"),
+        "{out}"
+    );
+    let t = tree(&[(
+        "crates/onus-http/src/client.rs",
+        "fn c() {\n    let c = reqwest::Client::builder()\n        .retry(reqwest::retry::never())\n        .build();\n}\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(ok, "{out}");
+}

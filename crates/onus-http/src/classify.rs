@@ -1,0 +1,140 @@
+//! One classification of an outbound call's result, the same for every caller:
+//!
+//! | result | class |
+//! |---|---|
+//! | 2xx | success |
+//! | 429 or 503 with `Retry-After` (seconds or an HTTP date) | snooze until then, capped |
+//! | 408, 429 without `Retry-After`, 5xx, 3xx, timeout, connection or TLS failure | retryable |
+//! | any other 4xx | permanent |
+//! | a refused (SSRF) address | permanent, nothing sent |
+//!
+//! A class only *names* what happened; the job layer decides when a retryable call runs again.
+
+use std::time::Duration;
+
+use onus::{JobError, JobResult, Timestamp};
+
+/// What an outbound call's result means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Class {
+    /// It worked.
+    Success,
+    /// The other side asked to be left alone until this time.
+    Snooze {
+        /// When to call again.
+        until: Timestamp,
+        /// Why (status and header).
+        reason: String,
+    },
+    /// A transient failure.
+    Retryable(String),
+    /// Trying again cannot help.
+    Permanent(String),
+}
+
+impl Class {
+    /// The handler's answer for this class.
+    pub fn into_result(self) -> JobResult {
+        match self {
+            Class::Success => Ok(()),
+            Class::Snooze { until, reason } => Err(JobError::snooze_until(until, reason)),
+            Class::Retryable(m) => Err(JobError::retryable(m)),
+            Class::Permanent(m) => Err(JobError::discard(m)),
+        }
+    }
+
+    /// Whether the call worked.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Class::Success)
+    }
+}
+
+/// Parses `Retry-After`: delay seconds, or an HTTP date (a date in the past means now).
+pub fn retry_after(value: &str, now: Timestamp) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    let at: Timestamp = at.into();
+    Some((at - now).to_std().unwrap_or(Duration::ZERO))
+}
+
+/// Classifies a response by its status and `Retry-After` header; a snooze is capped at `cap`.
+pub fn classify_status(
+    status: u16,
+    retry_after_header: Option<&str>,
+    now: Timestamp,
+    cap: Duration,
+) -> Class {
+    match status {
+        200..=299 => Class::Success,
+        429 | 503 => match retry_after_header.and_then(|h| retry_after(h, now)) {
+            Some(d) => {
+                let d = d.min(cap);
+                Class::Snooze {
+                    until: now + chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX),
+                    reason: format!(
+                        "HTTP {status} with Retry-After: {}",
+                        retry_after_header.unwrap_or("").trim()
+                    ),
+                }
+            }
+            None => Class::Retryable(format!("HTTP {status}")),
+        },
+        408 => Class::Retryable("HTTP 408 request timeout".into()),
+        300..=399 => Class::Retryable(format!("HTTP {status}: redirects are not followed")),
+        400..=499 => Class::Permanent(format!("HTTP {status}")),
+        500..=599 => Class::Retryable(format!("HTTP {status}")),
+        _ => Class::Retryable(format!("HTTP {status}: unexpected status")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        "2026-03-01T00:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn the_table() {
+        let cap = Duration::from_secs(10 * 3600);
+        let c = |s, h| classify_status(s, h, now(), cap);
+        assert_eq!(c(200, None), Class::Success);
+        assert_eq!(c(204, None), Class::Success);
+        for s in [408, 429, 500, 502, 503, 504, 301, 302, 307] {
+            assert!(matches!(c(s, None), Class::Retryable(_)), "{s}");
+        }
+        for s in [400, 401, 403, 404, 405, 409, 410, 413, 422] {
+            assert!(matches!(c(s, None), Class::Permanent(_)), "{s}");
+        }
+        // Retry-After in seconds and as an HTTP date.
+        let until = |cl: Class| match cl {
+            Class::Snooze { until, .. } => until,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            until(c(429, Some("2"))),
+            now() + chrono::TimeDelta::seconds(2)
+        );
+        assert_eq!(
+            until(c(503, Some("Sun, 01 Mar 2026 00:01:00 GMT"))),
+            now() + chrono::TimeDelta::seconds(60)
+        );
+        assert_eq!(
+            until(c(503, Some("Sat, 28 Feb 2026 00:00:00 GMT"))),
+            now(),
+            "a past date means now"
+        );
+        // Capped.
+        assert_eq!(
+            until(c(429, Some("999999"))),
+            now() + chrono::TimeDelta::hours(10)
+        );
+        // Retry-After only counts with 429 and 503; garbage is as if absent.
+        assert!(matches!(c(500, Some("5")), Class::Retryable(_)));
+        assert!(matches!(c(429, Some("soon")), Class::Retryable(_)));
+    }
+}

@@ -1,0 +1,267 @@
+//! HTTP sinks on loopback for tests: they answer as scripted and record what they received.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+/// One request the sink received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Headers, lower-case names.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+    /// How many requests were in flight at the sink, this one included.
+    pub in_flight: usize,
+}
+
+impl Received {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the sink answers.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// Status.
+    pub status: u16,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: String,
+    /// Time to wait before answering (a slow endpoint).
+    pub delay: Duration,
+}
+
+impl Reply {
+    /// A status with an empty body.
+    pub fn status(status: u16) -> Self {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: String::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, b: &str) -> Self {
+        self.body = b.into();
+        self
+    }
+
+    /// Answers after `d`.
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.delay = d;
+        self
+    }
+}
+
+type Script = dyn Fn(&Received, usize) -> Reply + Send + Sync;
+
+struct Inner {
+    script: Box<Script>,
+    log: Mutex<Vec<Received>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+/// A scripted HTTP server on a loopback address.
+#[derive(Clone)]
+pub struct HttpSink {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for HttpSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSink")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+async fn handle(
+    State(inner): State<Arc<Inner>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let rec = Received {
+        method: method.to_string(),
+        path: uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect(),
+        body: body.to_vec(),
+        in_flight: now,
+    };
+    let n = {
+        let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.push(rec.clone());
+        log.len()
+    };
+    let reply = (inner.script)(&rec, n);
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await; // the endpoint is slow on purpose
+    }
+    inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+    let mut resp = (
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        reply.body,
+    )
+        .into_response();
+    for (k, v) in reply.headers {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            axum::http::HeaderValue::from_str(&v),
+        ) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp
+}
+
+impl HttpSink {
+    /// Starts a sink on `127.0.0.1` (any free port); `script(request, n)` answers the n-th request
+    /// (from 1).
+    pub async fn start(
+        script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static,
+    ) -> HttpSink {
+        Self::start_on("127.0.0.1:0", script).await
+    }
+
+    /// Starts a sink on a given loopback address.
+    pub async fn start_on(
+        addr: &str,
+        script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static,
+    ) -> HttpSink {
+        let inner = Arc::new(Inner {
+            script: Box::new(script),
+            log: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("cannot bind {addr}: {e}"));
+        let local = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(inner.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        HttpSink { inner, addr: local }
+    }
+
+    /// `http://127.0.0.1:PORT` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.inner
+            .log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How many requests so far.
+    pub fn count(&self) -> usize {
+        self.inner
+            .log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// The most requests ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+/// A loopback listener that accepts and counts connections, to prove that none was made.
+#[derive(Debug, Clone)]
+pub struct ConnCounter {
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
+    addr: SocketAddr,
+}
+
+impl ConnCounter {
+    /// Listens on `addr` (a loopback address); `None` if it cannot be bound here (no IPv6, say).
+    pub async fn start(addr: &str) -> Option<ConnCounter> {
+        let listener = tokio::net::TcpListener::bind(addr).await.ok()?;
+        let local = listener.local_addr().ok()?;
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let p = peers.clone();
+        tokio::spawn(async move {
+            while let Ok((_sock, peer)) = listener.accept().await {
+                p.lock().unwrap_or_else(|e| e.into_inner()).push(peer);
+            }
+        });
+        Some(ConnCounter { peers, addr: local })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections accepted before now, made certain by connecting once more and waiting until
+    /// that probe is accepted (accepts are in order, so every earlier connection is in by then).
+    pub async fn settled_count(&self) -> usize {
+        let Ok(probe) = tokio::net::TcpStream::connect(self.addr).await else {
+            return self.peers.lock().unwrap_or_else(|e| e.into_inner()).len();
+        };
+        let me = probe.local_addr().ok();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(i) = peers.iter().position(|p| Some(*p) == me) {
+                return i;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the probe connection was never accepted"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+}
