@@ -125,6 +125,7 @@ impl FilterArgs {
             states: self.state.clone(),
             kinds: self.kind.clone(),
             queues: self.queue.clone(),
+            ..JobFilter::default()
         }
     }
 

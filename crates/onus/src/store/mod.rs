@@ -144,6 +144,15 @@ pub struct JobFilter {
     /// Queues.
     #[serde(default)]
     pub queues: Vec<String>,
+    /// Lease keys held.
+    #[serde(default)]
+    pub lease_keys: Vec<String>,
+    /// Finished at or after this time.
+    #[serde(default)]
+    pub finalized_after: Option<Timestamp>,
+    /// For bulk actions: at most this many matching jobs, newest first.
+    #[serde(default)]
+    pub limit: Option<usize>,
 }
 
 impl JobFilter {
@@ -264,6 +273,10 @@ impl Default for Retention {
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The backend's name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
+
+    /// The concrete store, for components that keep tables of their own in the same database
+    /// (webhooks, mail): downcast to [`sqlite::SqliteStore`] or [`postgres::PostgresStore`].
+    fn as_any(&self) -> &dyn std::any::Any;
 
     /// Inserts jobs in one transaction, in order.
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>>;
@@ -411,7 +424,15 @@ pub(crate) fn cancel_if_requested(
 /// one, so the caller can explain why (see [`refusal`]).
 pub(crate) fn single_id(f: &JobFilter) -> Option<JobId> {
     match f.ids.as_slice() {
-        [id] if f.states.is_empty() && f.kinds.is_empty() && f.queues.is_empty() => Some(*id),
+        [id] if f.states.is_empty()
+            && f.kinds.is_empty()
+            && f.queues.is_empty()
+            && f.lease_keys.is_empty()
+            && f.finalized_after.is_none()
+            && f.limit.is_none() =>
+        {
+            Some(*id)
+        }
         _ => None,
     }
 }

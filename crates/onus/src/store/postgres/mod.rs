@@ -178,6 +178,11 @@ impl PostgresStore {
         })
     }
 
+    /// The connection pool, for components that keep tables of their own in this database.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// The database URL with its password hidden.
     pub fn url(&self) -> &str {
         &self.shown_url
@@ -569,6 +574,21 @@ fn filter_sql(f: &JobFilter, first: usize) -> (String, Vec<Box<dyn ToSql + Sync 
         p.push(Box::new(f.queues.clone()));
         sql.push_str(&format!(" AND queue = ANY(${})", first + p.len()));
     }
+    if !f.lease_keys.is_empty() {
+        p.push(Box::new(f.lease_keys.clone()));
+        sql.push_str(&format!(" AND lease_key = ANY(${})", first + p.len()));
+    }
+    if let Some(t) = f.finalized_after {
+        p.push(Box::new(t));
+        sql.push_str(&format!(" AND finalized_at >= ${}", first + p.len()));
+    }
+    if let Some(n) = f.limit {
+        p.push(Box::new(n as i64));
+        sql = format!(
+            " AND id IN (SELECT id FROM onus_jobs WHERE true{sql} ORDER BY id DESC LIMIT ${})",
+            first + p.len()
+        );
+    }
     (sql, p)
 }
 
@@ -596,6 +616,10 @@ async fn get_job(c: &impl GenericClient, id: JobId) -> StoreResult<Option<Job>> 
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {

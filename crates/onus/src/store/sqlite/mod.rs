@@ -210,7 +210,9 @@ impl SqliteStore {
         &self.path
     }
 
-    async fn write<R, F>(&self, f: F) -> StoreResult<R>
+    /// Runs `f` in the writer's current transaction (committed with its batch; rolled back to a
+    /// savepoint if `f` fails). Answers only once committed.
+    pub async fn write<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
@@ -242,7 +244,8 @@ impl SqliteStore {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    async fn read<R, F>(&self, f: F) -> StoreResult<R>
+    /// Runs `f` on a read connection.
+    pub async fn read<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
@@ -591,6 +594,20 @@ fn filter_sql(f: &JobFilter, params: &mut Vec<Box<dyn ToSql + Send>>) -> String 
     if !f.queues.is_empty() {
         add("queue", j(serde_json::json!(f.queues)), params);
     }
+    if !f.lease_keys.is_empty() {
+        add("lease_key", j(serde_json::json!(f.lease_keys)), params);
+    }
+    if let Some(t) = f.finalized_after {
+        params.push(Box::new(us(t)));
+        sql.push_str(&format!(" AND finalized_at >= ?{}", params.len()));
+    }
+    if let Some(n) = f.limit {
+        params.push(Box::new(n as i64));
+        sql = format!(
+            " AND id IN (SELECT id FROM onus_jobs WHERE 1 = 1{sql} ORDER BY id DESC LIMIT ?{})",
+            params.len()
+        );
+    }
     sql
 }
 
@@ -602,6 +619,10 @@ fn refs(p: &[Box<dyn ToSql + Send>]) -> Vec<&dyn ToSql> {
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
