@@ -138,6 +138,7 @@ pub struct JobContext {
     pub(crate) cancel: CancellationToken,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) client: super::Client,
 }
 
 impl fmt::Debug for JobContext {
@@ -163,6 +164,12 @@ impl JobContext {
     /// The job layer's current time.
     pub fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// A client of the runtime running this job, to insert follow-up jobs (they wake this
+    /// process's workers at once).
+    pub fn client(&self) -> &super::Client {
+        &self.client
     }
 
     /// True once the job was cancelled; the attempt then ends `cancelled` unless it succeeds.

@@ -216,6 +216,9 @@ async fn execute(
         cancel: cancel.clone(),
         clock: shared.clock.clone(),
         store: shared.store.clone(),
+        client: super::Client {
+            shared: shared.clone(),
+        },
     };
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
     let mut handle = tokio::spawn(tracing::Instrument::instrument(handler.call(ctx), span));

@@ -1,0 +1,571 @@
+//! Webhook delivery against a real HTTP sink on loopback, on both storage backends. The manual
+//! clock drives days of schedule in milliseconds.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use onus::{Clock, DiscardReason, Job, JobFilter, JobState, ManualClock, Onus, Options, Running};
+use onus_testkit::sink::{ConnCounter, HttpSink, Received, Reply};
+use onus_webhooks::{signing, Endpoint, NewEndpoint, WebhookConfig, Webhooks, DELIVER};
+use serde_json::json;
+
+struct World {
+    store: Arc<dyn onus::Store>,
+    client: onus::Client,
+    clock: ManualClock,
+    hooks: Webhooks,
+    running: Option<Running>,
+    _dir: tempfile::TempDir,
+}
+
+async fn world(backend: &str, cfg: WebhookConfig) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let url = match backend {
+        "sqlite" => format!("sqlite://{}", dir.path().join("onus.db").display()),
+        _ => onus_testkit::PgCluster::shared()
+            .fresh_database()
+            .await
+            .unwrap(),
+    };
+    let store = onus::open(&url).await.unwrap();
+    let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().unwrap());
+    let cfg = WebhookConfig {
+        allow_networks: vec!["127.0.0.1/32".into()],
+        ..cfg
+    };
+    let hooks = Webhooks::open(store.clone(), cfg).await.unwrap();
+    let onus = hooks
+        .register(Onus::builder(store.clone()))
+        .clock(clock.clone())
+        .queue("default", 8)
+        .options(Options {
+            poll_interval: Duration::from_millis(100),
+            rescue_interval: Duration::from_millis(100),
+            heartbeat_interval: Duration::from_millis(100),
+            ..Options::default()
+        })
+        .build()
+        .unwrap();
+    hooks.attach(onus.client());
+    let running = Some(onus.start());
+    World {
+        store,
+        client: onus.client(),
+        clock,
+        hooks,
+        running,
+        _dir: dir,
+    }
+}
+
+impl World {
+    async fn endpoint(&self, url: String) -> (Endpoint, String) {
+        self.hooks
+            .create_endpoint(NewEndpoint {
+                url,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn deliveries(&self, event: &str) -> Vec<Job> {
+        let f = JobFilter {
+            kinds: vec![DELIVER.into()],
+            ..Default::default()
+        };
+        let all = self.store.list(&f, 10_000, None).await.unwrap();
+        all.into_iter()
+            .filter(|j| j.args["event_id"] == event)
+            .collect()
+    }
+
+    /// Waits until the event's single delivery job satisfies `f`.
+    async fn wait_delivery(&self, event: &str, what: &str, f: impl Fn(&Job) -> bool) -> Job {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let d = self.deliveries(event).await;
+            if let Some(j) = d.first() {
+                if f(j) {
+                    return j.clone();
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "delivery of {event} never reached: {what}; {d:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    async fn wait_fanned_out(&self, event: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let f = JobFilter {
+                kinds: vec![onus_webhooks::FANOUT.into()],
+                ..Default::default()
+            };
+            let done = self
+                .store
+                .list(&f, 10_000, None)
+                .await
+                .unwrap()
+                .iter()
+                .any(|j| j.args["event_id"] == event && j.state == JobState::Completed);
+            if done {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the fan-out of {event} never finished"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+fn verify(secret: &str, r: &Received) -> Result<(), signing::SignError> {
+    let ts: i64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
+    signing::verify(secret, &r.headers, &r.body, ts)
+}
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name("sqlite").await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name("postgres").await } )* }
+    };
+}
+
+both!(
+    fails_twice_then_delivers_with_one_id_and_fresh_signatures,
+    retry_after_snoozes_without_spending_an_attempt,
+    gone_disables_the_endpoint_at_once,
+    an_always_failing_endpoint_gets_exactly_the_policys_requests,
+    a_failing_endpoint_gets_new_deliveries_after_a_cooldown,
+    never_two_requests_at_once_to_one_endpoint,
+    five_days_of_failure_disable_and_a_stale_failure_does_not,
+    redeliver_after_the_fix_delivers_every_discarded_event,
+    hostile_urls_are_refused_without_a_connection,
+);
+
+async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &str) {
+    let sink = HttpSink::start(|_, n| {
+        if n <= 2 {
+            Reply::status(500)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, secret) = w.endpoint(sink.url("/hook")).await;
+    assert!(secret.starts_with("whsec_"));
+    let ev = w
+        .hooks
+        .publish("invoice.paid", json!({"invoice": 7}), None)
+        .await
+        .unwrap();
+    for attempt in 1..=2 {
+        let j = w
+            .wait_delivery(&ev.id, "failed", |j| {
+                j.state == JobState::Retryable && j.attempt == attempt
+            })
+            .await;
+        w.clock.advance_to(j.run_at);
+    }
+    let j = w
+        .wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    assert_eq!(j.attempt, 3);
+    let got = sink.received();
+    assert_eq!(got.len(), 3);
+    let stamps: Vec<&str> = got
+        .iter()
+        .map(|r| r.header("webhook-timestamp").unwrap())
+        .collect();
+    assert!(
+        stamps[0] < stamps[1] && stamps[1] < stamps[2],
+        "a fresh timestamp on every attempt: {stamps:?}"
+    );
+    for r in &got {
+        assert_eq!(
+            r.header("webhook-id"),
+            Some(ev.id.as_str()),
+            "the same webhook-id on every attempt"
+        );
+        assert_eq!(verify(&secret, r), Ok(()));
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(),
+            json!({"invoice": 7})
+        );
+        assert_eq!(r.method, "POST");
+    }
+    let attempts = w.hooks.attempts(&ev.id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
+        vec![Some(500), Some(500), Some(200)]
+    );
+    assert_eq!(attempts[2].outcome, "success");
+    assert_eq!(
+        w.hooks.endpoint(&ep.id).await.unwrap().failing_since,
+        None,
+        "one success clears it"
+    );
+    w.stop().await;
+}
+
+async fn retry_after_snoozes_without_spending_an_attempt(backend: &str) {
+    let sink = HttpSink::start(|_, n| {
+        if n == 1 {
+            Reply::status(429).header("retry-after", "2")
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let ev = w
+        .hooks
+        .publish("user.created", json!({}), None)
+        .await
+        .unwrap();
+    let j = w
+        .wait_delivery(&ev.id, "snoozed", |j| j.state == JobState::Snoozed)
+        .await;
+    assert_eq!((j.attempt, j.snoozes), (0, 1), "no attempt spent");
+    assert_eq!(j.run_at, w.clock.now() + chrono::TimeDelta::seconds(2));
+    w.clock.advance(Duration::from_secs(2));
+    let j = w
+        .wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    assert_eq!(j.attempt, 1);
+    let got = sink.received();
+    let t: Vec<i64> = got
+        .iter()
+        .map(|r| r.header("webhook-timestamp").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(t[1] - t[0], 2, "sent again 2 s later");
+    w.stop().await;
+}
+
+async fn gone_disables_the_endpoint_at_once(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(410)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, _) = w.endpoint(sink.url("/hook")).await;
+    let ev = w
+        .hooks
+        .publish("order.shipped", json!({}), None)
+        .await
+        .unwrap();
+    let j = w
+        .wait_delivery(&ev.id, "discarded", |j| j.state == JobState::Discarded)
+        .await;
+    assert_eq!(
+        (j.attempt, j.discard_reason),
+        (1, Some(DiscardReason::Permanent))
+    );
+    let ep = w.hooks.endpoint(&ep.id).await.unwrap();
+    assert!(!ep.enabled);
+    assert!(ep.disabled_reason.unwrap().contains("410"));
+    let ev2 = w
+        .hooks
+        .publish("order.shipped", json!({}), None)
+        .await
+        .unwrap();
+    w.wait_fanned_out(&ev2.id).await;
+    assert!(
+        w.deliveries(&ev2.id).await.is_empty(),
+        "a disabled endpoint gets no deliveries"
+    );
+    assert_eq!(sink.count(), 1, "no further request");
+    w.stop().await;
+}
+
+async fn an_always_failing_endpoint_gets_exactly_the_policys_requests(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(503)).await;
+    // Auto-disable is tested on its own below; here only the retry count matters.
+    let w = world(
+        backend,
+        WebhookConfig {
+            disable_after: Duration::from_secs(30 * 86_400),
+            ..Default::default()
+        },
+    )
+    .await;
+    w.endpoint(sink.url("/hook")).await;
+    let ev = w
+        .hooks
+        .publish("invoice.paid", json!({}), None)
+        .await
+        .unwrap();
+    for attempt in 1..=18u32 {
+        let j = w
+            .wait_delivery(&ev.id, "attempt recorded", |j| {
+                j.attempt == attempt && matches!(j.state, JobState::Retryable | JobState::Discarded)
+            })
+            .await;
+        assert_eq!(sink.count(), attempt as usize, "one request per attempt");
+        if j.state == JobState::Retryable {
+            w.clock.advance_to(j.run_at);
+        }
+    }
+    let j = w.deliveries(&ev.id).await.remove(0);
+    assert_eq!(
+        (j.state, j.discard_reason),
+        (JobState::Discarded, Some(DiscardReason::Exhausted))
+    );
+    let span = j.finalized_at.unwrap() - j.created_at;
+    assert!(
+        (span.num_hours() as f64 / 24.0 - 5.3).abs() < 0.6,
+        "about 5.3 days: {span}"
+    );
+    assert_eq!(sink.count(), 18, "exactly 18 requests for one delivery");
+    w.stop().await;
+}
+
+async fn a_failing_endpoint_gets_new_deliveries_after_a_cooldown(backend: &str) {
+    let fail = Arc::new(AtomicBool::new(true));
+    let f = fail.clone();
+    let sink = HttpSink::start(move |_, _| {
+        if f.load(Ordering::SeqCst) {
+            Reply::status(500)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let first = w.hooks.publish("a", json!({}), None).await.unwrap();
+    let j = w
+        .wait_delivery(&first.id, "failed", |j| j.state == JobState::Retryable)
+        .await;
+    let second = w.hooks.publish("a", json!({}), None).await.unwrap();
+    let d = w
+        .wait_delivery(&second.id, "scheduled", |j| j.state == JobState::Scheduled)
+        .await;
+    assert_eq!(
+        d.run_at,
+        w.clock.now() + chrono::TimeDelta::minutes(5),
+        "cooldown: 5 minutes out"
+    );
+    fail.store(false, Ordering::SeqCst);
+    w.clock.advance_to(j.run_at);
+    w.wait_delivery(&first.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    let third = w.hooks.publish("a", json!({}), None).await.unwrap();
+    let d = w
+        .wait_delivery(&third.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    assert_eq!(
+        d.run_at, d.created_at,
+        "a healthy endpoint gets deliveries at once"
+    );
+    w.stop().await;
+}
+
+async fn never_two_requests_at_once_to_one_endpoint(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(200).delay(Duration::from_millis(10))).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        ids.push(
+            w.hooks
+                .publish("tick", json!({"i": i}), None)
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    for id in &ids {
+        w.wait_delivery(id, "delivered", |j| j.state == JobState::Completed)
+            .await;
+    }
+    assert_eq!(sink.count(), 50);
+    assert_eq!(
+        sink.max_in_flight(),
+        1,
+        "the sink never saw two concurrent requests"
+    );
+    w.stop().await;
+}
+
+async fn five_days_of_failure_disable_and_a_stale_failure_does_not(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(500)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    // A stale failure, then one six days later: a new run of failures, no disable.
+    let (stale, _) = w.endpoint(sink.url("/stale")).await;
+    let ev = w.hooks.publish("x", json!({}), None).await.unwrap();
+    let j = w
+        .wait_delivery(&ev.id, "failed", |j| j.state == JobState::Retryable)
+        .await;
+    w.client.cancel(j.id).await.unwrap();
+    w.clock.advance(Duration::from_secs(6 * 86_400));
+    let ev2 = w.hooks.publish("x", json!({}), None).await.unwrap();
+    let d = w
+        .wait_delivery(&ev2.id, "cooled down", |j| j.state == JobState::Scheduled)
+        .await;
+    w.clock.advance_to(d.run_at);
+    w.wait_delivery(&ev2.id, "failed again", |j| j.state == JobState::Retryable)
+        .await;
+    let ep = w.hooks.endpoint(&stale.id).await.unwrap();
+    assert!(ep.enabled, "one stale failure cannot disable an endpoint");
+    assert_eq!(
+        ep.failing_since,
+        Some(w.clock.now()),
+        "a new run of failures starts"
+    );
+    w.hooks.delete_endpoint(&stale.id).await.unwrap();
+
+    // Failing continuously for five days: disabled, and its pending deliveries discarded.
+    let (ep, _) = w.endpoint(sink.url("/down")).await;
+    let ev = w.hooks.publish("y", json!({}), None).await.unwrap();
+    let mut pending = None;
+    loop {
+        let j = w
+            .wait_delivery(&ev.id, "attempted", |j| {
+                j.state != JobState::Running && j.attempt > 0
+            })
+            .await;
+        if j.state == JobState::Discarded {
+            assert!(
+                j.errors.last().unwrap().message.contains("disabled"),
+                "{:?}",
+                j.errors.last()
+            );
+            break;
+        }
+        if pending.is_none() {
+            pending = Some(w.hooks.publish("y", json!({}), None).await.unwrap().id);
+            w.wait_delivery(pending.as_ref().unwrap(), "cooling", |j| {
+                j.state == JobState::Scheduled
+            })
+            .await;
+        }
+        w.clock.advance_to(j.run_at);
+    }
+    let e = w.hooks.endpoint(&ep.id).await.unwrap();
+    assert!(
+        !e.enabled
+            && e.disabled_reason
+                .as_deref()
+                .unwrap()
+                .contains("failing continuously"),
+        "{e:?}"
+    );
+    let since = e.failing_since.unwrap();
+    assert!(w.clock.now() - since >= chrono::TimeDelta::days(5));
+    let p = w
+        .wait_delivery(pending.as_ref().unwrap(), "discarded", |j| {
+            j.state == JobState::Discarded
+        })
+        .await;
+    assert!(p.errors.last().unwrap().message.contains("disabled"));
+    w.stop().await;
+}
+
+async fn redeliver_after_the_fix_delivers_every_discarded_event(backend: &str) {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let f = fixed.clone();
+    let sink = HttpSink::start(move |_, _| {
+        if f.load(Ordering::SeqCst) {
+            Reply::status(200)
+        } else {
+            Reply::status(400)
+        }
+    })
+    .await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, _) = w.endpoint(sink.url("/hook")).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let id = w
+            .hooks
+            .publish("z", json!({"i": i}), None)
+            .await
+            .unwrap()
+            .id;
+        loop {
+            // After the first failure the endpoint is failing: later deliveries cool down first.
+            let j = w
+                .wait_delivery(&id, "discarded or cooling", |j| {
+                    matches!(j.state, JobState::Discarded | JobState::Scheduled)
+                })
+                .await;
+            if j.state == JobState::Discarded {
+                break;
+            }
+            w.clock.advance_to(j.run_at);
+        }
+        ids.push(id);
+    }
+    fixed.store(true, Ordering::SeqCst);
+    let retried = w.hooks.redeliver(&ep.id).await.unwrap();
+    assert_eq!(retried.len(), 3);
+    for id in &ids {
+        let j = w
+            .wait_delivery(id, "delivered", |j| j.state == JobState::Completed)
+            .await;
+        assert_eq!(j.attempt, 2, "one more attempt each");
+    }
+    assert_eq!(sink.count(), 6);
+    w.stop().await;
+}
+
+async fn hostile_urls_are_refused_without_a_connection(backend: &str) {
+    let v4 = ConnCounter::start("127.0.0.2:0").await.unwrap();
+    let port = v4.addr().port();
+    let v6 = ConnCounter::start(&format!("[::1]:{port}")).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    for host in [
+        "127.0.0.2",
+        "[::1]",
+        "localhost",
+        "2130706434",
+        "0x7f000002",
+    ] {
+        w.endpoint(format!("http://{host}:{port}/hook")).await;
+    }
+    let ev = w
+        .hooks
+        .publish("secret.leak", json!({}), None)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = w.deliveries(&ev.id).await;
+        if d.len() == 5 && d.iter().all(|j| j.state == JobState::Discarded) {
+            for j in &d {
+                assert_eq!(j.attempt, 1);
+                assert!(
+                    j.errors[0].message.contains("refused to connect"),
+                    "{:?}",
+                    j.errors
+                );
+            }
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{d:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(
+        v4.settled_count().await,
+        0,
+        "no connection reached 127.0.0.2"
+    );
+    if let Some(v6) = v6 {
+        assert_eq!(v6.settled_count().await, 0, "no connection reached ::1");
+    }
+    w.stop().await;
+}
