@@ -119,7 +119,7 @@ fn q(e: impl std::fmt::Display) -> StoreError {
     StoreError::Query(e.to_string())
 }
 
-fn sqlite_rows(conn: &rusqlite::Connection, s: &Stmt) -> StoreResult<Rows> {
+pub(crate) fn sqlite_rows(conn: &rusqlite::Connection, s: &Stmt) -> StoreResult<Rows> {
     let mut st = conn.prepare_cached(s.sql).map_err(q)?;
     // `$n` parameters are bound by position: they must first appear in order.
     for i in 1..=st.parameter_count() {
@@ -156,7 +156,7 @@ fn sqlite_rows(conn: &rusqlite::Connection, s: &Stmt) -> StoreResult<Rows> {
     Ok(out)
 }
 
-async fn pg_rows(c: &impl tokio_postgres::GenericClient, s: &Stmt) -> StoreResult<Rows> {
+pub(crate) async fn pg_rows(c: &impl tokio_postgres::GenericClient, s: &Stmt) -> StoreResult<Rows> {
     let params: Vec<&(dyn ToSql + Sync)> =
         s.params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
     let rows = c
@@ -199,6 +199,11 @@ impl Db {
             )));
         }
         Ok(Db { store })
+    }
+
+    /// The job store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
     fn sqlite(&self) -> Option<&SqliteStore> {

@@ -107,6 +107,8 @@ pub struct Endpoint {
     pub failing_since: Option<Timestamp>,
     /// Its latest failure.
     pub last_failure_at: Option<Timestamp>,
+    /// Until when a delivery holds the endpoint's lease (one in flight at a time).
+    pub busy_until: Option<Timestamp>,
     /// Created.
     pub created_at: Timestamp,
 }
@@ -189,6 +191,51 @@ fn random_id(prefix: &str) -> String {
     format!("{prefix}{s}")
 }
 
+/// An event and its fan-out job, ready to write inside the caller's transaction.
+#[derive(Debug, Clone)]
+pub struct Publish {
+    /// The event's id (`webhook-id`).
+    pub event_id: String,
+    event: db::Stmt,
+    fanout: onus::store::InsertRow,
+}
+
+/// Publishing inside the caller's own SQLite transaction.
+pub mod sqlite {
+    use super::*;
+
+    /// Writes the event and its fan-out on `conn` (the caller's open transaction). Call
+    /// `client.notify_inserted("default")` after the commit to wake local workers at once.
+    pub fn publish_tx(
+        conn: &onus::sqlite::rusqlite::Connection,
+        p: Publish,
+    ) -> Result<String, Error> {
+        let inserted = db::sqlite_rows(conn, &p.event)?;
+        if !inserted.is_empty() {
+            onus::sqlite::insert_tx(conn, p.fanout)?;
+        }
+        Ok(p.event_id)
+    }
+}
+
+/// Publishing inside the caller's own PostgreSQL transaction.
+pub mod postgres {
+    use super::*;
+
+    /// Writes the event and its fan-out in `tx` (the caller's open transaction); workers are
+    /// notified when it commits.
+    pub async fn publish_tx(
+        tx: &impl tokio_postgres::GenericClient,
+        p: Publish,
+    ) -> Result<String, Error> {
+        let inserted = db::pg_rows(tx, &p.event).await?;
+        if !inserted.is_empty() {
+            onus::postgres::insert_tx(tx, p.fanout).await?;
+        }
+        Ok(p.event_id)
+    }
+}
+
 /// The lease key every delivery to an endpoint holds: one in flight per endpoint.
 pub fn lease_key(endpoint_id: &str) -> String {
     format!("webhook-endpoint:{endpoint_id}")
@@ -212,6 +259,7 @@ fn endpoint_from(r: &[Val]) -> Endpoint {
         disabled_reason: r[6].text().map(str::to_string),
         failing_since: ts(&r[7]),
         last_failure_at: ts(&r[8]),
+        busy_until: None,
         created_at: ts(&r[9]).unwrap_or_default(),
     }
 }
@@ -361,7 +409,45 @@ impl Webhooks {
                 vec![id.into()],
             )
             .await?;
-        Ok(rows.first().map(|r| endpoint_from(r)))
+        let Some(mut ep) = rows.first().map(|r| endpoint_from(r)) else {
+            return Ok(None);
+        };
+        ep.busy_until = self
+            .inner
+            .db
+            .store()
+            .lease_busy_until(&lease_key(&ep.id))
+            .await?;
+        Ok(Some(ep))
+    }
+
+    /// Adds a new signing secret (made when `secret` is `None`) while keeping the previous one,
+    /// so consumers can switch over: deliveries are signed with both until the next rotation.
+    /// Returns the new secret.
+    pub async fn rotate_secret(&self, id: &str, secret: Option<String>) -> Result<String, Error> {
+        let ep = self.endpoint(id).await?;
+        let new = match secret {
+            Some(s) => {
+                signing::key_of(&s).map_err(|e| Error::Invalid(e.to_string()))?;
+                s
+            }
+            None => signing::new_secret(),
+        };
+        let mut secrets = vec![new.clone()];
+        secrets.extend(ep.secrets.into_iter().take(1));
+        let now = self.client()?.now();
+        self.inner
+            .db
+            .run(
+                "UPDATE onus_endpoints SET secrets = $1, updated_at = $2 WHERE id = $3",
+                vec![
+                    serde_json::to_string(&secrets).unwrap_or_default().into(),
+                    us(now).into(),
+                    id.into(),
+                ],
+            )
+            .await?;
+        Ok(new)
     }
 
     /// Every endpoint.
@@ -465,6 +551,27 @@ impl Webhooks {
         payload: serde_json::Value,
         id: Option<String>,
     ) -> Result<Event, Error> {
+        if let Some(id) = &id {
+            if let Ok(existing) = self.event(id).await {
+                return Ok(existing); // published before: nothing is delivered twice
+            }
+        }
+        let p = self.prepare_publish(event_type, payload, id)?;
+        let id = p.event_id.clone();
+        self.inner.db.tx(vec![p.event], vec![p.fanout]).await?;
+        self.client()?.notify_inserted(onus::DEFAULT_QUEUE);
+        self.event(&id).await
+    }
+
+    /// Prepares a publish to run inside the caller's own transaction, with
+    /// [`sqlite::publish_tx`] or [`postgres::publish_tx`]: the event and its fan-out commit with
+    /// the caller's writes or not at all.
+    pub fn prepare_publish(
+        &self,
+        event_type: &str,
+        payload: serde_json::Value,
+        id: Option<String>,
+    ) -> Result<Publish, Error> {
         if event_type.trim().is_empty() || event_type.len() > 200 {
             return Err(Error::Invalid(
                 "an event needs a type of 1 to 200 characters, such as \"invoice.paid\"".into(),
@@ -482,29 +589,26 @@ impl Webhooks {
                 "an event id is 1 to 100 letters, digits, '_' or '-'".into(),
             ));
         }
-        if let Ok(existing) = self.event(&id).await {
-            return Ok(existing); // published before: nothing is delivered twice
-        }
         let now = client.now();
         let body = serde_json::to_string(&payload).map_err(|e| Error::Invalid(e.to_string()))?;
-        let job = client.prepare(
+        let fanout = client.prepare(
             NewJob::new(FANOUT, serde_json::json!({ "event_id": id })).unique_key(id.clone()),
         )?;
-        let (rows, _) = self
-            .inner
-            .db
-            .tx(
-                vec![stmt(
-                    "INSERT INTO onus_events (id, type, payload, created_at) VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (id) DO NOTHING RETURNING id",
-                    vec![id.clone().into(), event_type.into(), body.into(), us(now).into()],
-                )],
-                vec![job],
-            )
-            .await?;
-        let _ = rows;
-        client.notify_inserted(onus::DEFAULT_QUEUE);
-        self.event(&id).await
+        let event = stmt(
+            "INSERT INTO onus_events (id, type, payload, created_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (id) DO NOTHING RETURNING id",
+            vec![
+                id.clone().into(),
+                event_type.into(),
+                body.into(),
+                us(now).into(),
+            ],
+        );
+        Ok(Publish {
+            event_id: id,
+            event,
+            fanout,
+        })
     }
 
     /// One event.

@@ -13,6 +13,7 @@ use onus_webhooks::{signing, Endpoint, NewEndpoint, WebhookConfig, Webhooks, DEL
 use serde_json::json;
 
 struct World {
+    url: String,
     store: Arc<dyn onus::Store>,
     client: onus::Client,
     clock: ManualClock,
@@ -52,6 +53,7 @@ async fn world(backend: &str, cfg: WebhookConfig) -> World {
     hooks.attach(onus.client());
     let running = Some(onus.start());
     World {
+        url,
         store,
         client: onus.client(),
         clock,
@@ -155,6 +157,9 @@ both!(
     five_days_of_failure_disable_and_a_stale_failure_does_not,
     redeliver_after_the_fix_delivers_every_discarded_event,
     hostile_urls_are_refused_without_a_connection,
+    publish_commits_with_the_callers_transaction_or_not_at_all,
+    a_rotated_secret_signs_alongside_the_previous_one,
+    busy_until_shows_the_delivery_in_flight,
 );
 
 async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &str) {
@@ -567,5 +572,137 @@ async fn hostile_urls_are_refused_without_a_connection(backend: &str) {
     if let Some(v6) = v6 {
         assert_eq!(v6.settled_count().await, 0, "no connection reached ::1");
     }
+    w.stop().await;
+}
+
+async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(200)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let (rolled_back, committed) = if backend == "sqlite" {
+        use onus::sqlite::rusqlite::Connection;
+        let mut conn = Connection::open(w.url.trim_start_matches("sqlite://")).unwrap();
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)", ())
+            .unwrap();
+        let tx = conn.transaction().unwrap();
+        tx.execute("INSERT INTO orders (id) VALUES (1)", ())
+            .unwrap();
+        let a = onus_webhooks::sqlite::publish_tx(
+            &tx,
+            w.hooks
+                .prepare_publish("order.created", json!({"id": 1}), None)
+                .unwrap(),
+        )
+        .unwrap();
+        tx.rollback().unwrap();
+        let tx = conn.transaction().unwrap();
+        tx.execute("INSERT INTO orders (id) VALUES (2)", ())
+            .unwrap();
+        let b = onus_webhooks::sqlite::publish_tx(
+            &tx,
+            w.hooks
+                .prepare_publish("order.created", json!({"id": 2}), None)
+                .unwrap(),
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        w.client.notify_inserted("default");
+        (a, b)
+    } else {
+        let (mut db, conn) = tokio_postgres::connect(&w.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        db.batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY)")
+            .await
+            .unwrap();
+        let tx = db.transaction().await.unwrap();
+        tx.execute("INSERT INTO orders VALUES (1)", &[])
+            .await
+            .unwrap();
+        let a = onus_webhooks::postgres::publish_tx(
+            &tx,
+            w.hooks
+                .prepare_publish("order.created", json!({"id": 1}), None)
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        let tx = db.transaction().await.unwrap();
+        tx.execute("INSERT INTO orders VALUES (2)", &[])
+            .await
+            .unwrap();
+        let b = onus_webhooks::postgres::publish_tx(
+            &tx,
+            w.hooks
+                .prepare_publish("order.created", json!({"id": 2}), None)
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        (a, b)
+    };
+    w.wait_delivery(&committed, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    assert!(
+        w.hooks.event(&rolled_back).await.is_err(),
+        "a rolled-back event never exists"
+    );
+    assert!(w.deliveries(&rolled_back).await.is_empty());
+    assert_eq!(sink.count(), 1);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&sink.received()[0].body).unwrap(),
+        json!({"id": 2})
+    );
+    w.stop().await;
+}
+
+async fn a_rotated_secret_signs_alongside_the_previous_one(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(200)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, old) = w.endpoint(sink.url("/hook")).await;
+    let new = w.hooks.rotate_secret(&ep.id, None).await.unwrap();
+    assert_ne!(old, new);
+    let ev = w.hooks.publish("k", json!({}), None).await.unwrap();
+    w.wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    let r = &sink.received()[0];
+    assert_eq!(r.header("webhook-signature").unwrap().split(' ').count(), 2);
+    assert_eq!(
+        verify(&old, r),
+        Ok(()),
+        "consumers still on the old secret verify"
+    );
+    assert_eq!(
+        verify(&new, r),
+        Ok(()),
+        "consumers on the new secret verify"
+    );
+    w.stop().await;
+}
+
+async fn busy_until_shows_the_delivery_in_flight(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(200).delay(Duration::from_millis(400))).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, _) = w.endpoint(sink.url("/hook")).await;
+    assert_eq!(ep.busy_until, None);
+    let ev = w.hooks.publish("k", json!({}), None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sink.count() == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let busy = w.hooks.endpoint(&ep.id).await.unwrap().busy_until;
+    assert!(busy.is_some_and(|t| t > w.clock.now()), "{busy:?}");
+    w.wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    assert_eq!(
+        w.hooks.endpoint(&ep.id).await.unwrap().busy_until,
+        None,
+        "released"
+    );
     w.stop().await;
 }

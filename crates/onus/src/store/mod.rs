@@ -329,6 +329,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         until: Timestamp,
     ) -> StoreResult<LeaseDecision>;
 
+    /// Until when lease `key` is held (the latest slot), if it is held at all.
+    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>>;
+
     /// Takes one use of rate window `key` (at most `max` per `window`, windows aligned to the epoch).
     async fn take_rate(
         &self,

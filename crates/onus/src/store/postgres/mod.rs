@@ -930,6 +930,18 @@ impl Store for PostgresStore {
         Ok(decision)
     }
 
+    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
+        let c = self.client().await?;
+        let row = c
+            .query_one(
+                "SELECT MAX(busy_until) FROM onus_leases WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(q)?;
+        Ok(row.get(0))
+    }
+
     async fn take_rate(
         &self,
         key: &str,

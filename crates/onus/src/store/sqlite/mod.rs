@@ -889,6 +889,19 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
+        let key = key.to_string();
+        self.read(move |conn| {
+            let v: Option<i64> = conn
+                .prepare_cached("SELECT MAX(busy_until) FROM onus_leases WHERE key = ?1")
+                .map_err(q)?
+                .query_row([key], |r| r.get(0))
+                .map_err(q)?;
+            Ok(ts(v))
+        })
+        .await
+    }
+
     async fn take_rate(
         &self,
         key: &str,
