@@ -31,9 +31,12 @@ pub struct FileConfig {
     /// How long finished jobs are kept.
     #[serde(default)]
     pub retention: RetentionConfig,
-    /// Webhook delivery settings (read by the webhook component).
+    /// Webhook delivery settings.
     #[serde(default)]
-    pub webhooks: Option<toml::Table>,
+    pub webhooks: WebhooksConfig,
+    /// Outbound HTTP settings for `http.request` jobs.
+    #[serde(default)]
+    pub http: HttpSection,
     /// SMTP settings (read by the mail component).
     #[serde(default)]
     pub mail: Option<toml::Table>,
@@ -50,6 +53,76 @@ pub struct KindConfig {
     pub url: Option<String>,
     /// The queue jobs of this kind go to by default.
     pub queue: Option<String>,
+}
+
+/// `[webhooks]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// New deliveries to a failing endpoint wait this long (`"5m"`).
+    pub cooldown: Option<String>,
+    /// An endpoint failing continuously this long is disabled (`"5d"`).
+    pub disable_after: Option<String>,
+    /// Time for one delivery request (`"30s"`).
+    pub timeout: Option<String>,
+    /// Networks deliveries may reach although the SSRF guard refuses them.
+    #[serde(default)]
+    pub allow_networks: Vec<String>,
+}
+
+/// `[http]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Time for one `http.request` call (`"30s"`).
+    pub timeout: Option<String>,
+    /// Networks `http.request` jobs may reach although the SSRF guard refuses them.
+    #[serde(default)]
+    pub allow_networks: Vec<String>,
+}
+
+fn duration(section: &str, key: &str, v: &Option<String>) -> Result<Option<Duration>, ConfigError> {
+    v.as_ref()
+        .map(|v| {
+            humantime::parse_duration(v).map_err(|e| {
+                ConfigError(format!("[{section}] {key} = {v:?} is not a duration ({e}); write it like \"30s\", \"5m\" or \"5d\""))
+            })
+        })
+        .transpose()
+}
+
+impl WebhooksConfig {
+    /// The settings, defaults filled in; the error names the bad setting.
+    pub fn resolve(&self) -> Result<onus_webhooks::WebhookConfig, ConfigError> {
+        let mut c = onus_webhooks::WebhookConfig::default();
+        if let Some(d) = duration("webhooks", "cooldown", &self.cooldown)? {
+            c.cooldown = d;
+        }
+        if let Some(d) = duration("webhooks", "disable_after", &self.disable_after)? {
+            c.disable_after = d;
+        }
+        if let Some(d) = duration("webhooks", "timeout", &self.timeout)? {
+            c.timeout = d;
+        }
+        onus_http::Guard::parse(&self.allow_networks)
+            .map_err(|e| ConfigError(format!("[webhooks] allow_networks: {e}")))?;
+        c.allow_networks = self.allow_networks.clone();
+        Ok(c)
+    }
+}
+
+impl HttpSection {
+    /// The client settings; the error names the bad setting.
+    pub fn resolve(&self) -> Result<onus_http::HttpConfig, ConfigError> {
+        let mut c = onus_http::HttpConfig::default();
+        if let Some(d) = duration("http", "timeout", &self.timeout)? {
+            c.timeout = d;
+        }
+        onus_http::Guard::parse(&self.allow_networks)
+            .map_err(|e| ConfigError(format!("[http] allow_networks: {e}")))?;
+        c.allow_networks = self.allow_networks.clone();
+        Ok(c)
+    }
 }
 
 /// `[retention]`.
@@ -117,6 +190,8 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         }
     }
     cfg.retention.durations()?;
+    cfg.webhooks.resolve()?;
+    cfg.http.resolve()?;
     Ok(cfg)
 }
 
@@ -164,6 +239,8 @@ mod tests {
             completed = "12h"
             [webhooks]
             cooldown = "5m"
+            disable_after = "5d"
+            allow_networks = ["127.0.0.1/32"]
             "#,
         )
         .unwrap();

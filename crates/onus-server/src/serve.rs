@@ -16,20 +16,42 @@ use crate::config::FileConfig;
 /// How long running jobs get to finish at shutdown before they are handed back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Builds the runtime the configuration describes.
-pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Onus, String> {
-    let mut b = Onus::builder(store);
+/// Builds the runtime the configuration describes: the built-in kinds (`http.request`,
+/// `webhook.fanout`, `webhook.deliver`), policy overrides, queues and retention.
+pub async fn runtime(
+    store: Arc<dyn Store>,
+    file: &FileConfig,
+) -> Result<(Onus, onus_webhooks::Webhooks), String> {
+    let webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
+    let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
+    let hooks = onus_webhooks::Webhooks::open(store.clone(), webhooks_cfg)
+        .await
+        .map_err(|e| e.to_string())?;
+    let http = Arc::new(onus_http::HttpClient::new(&http_cfg)?);
+    let mut b = hooks
+        .register(Onus::builder(store))
+        .kind(onus_http::request::kind(http));
     for (q, n) in &file.queues {
         b = b.queue(q.clone(), *n);
     }
+    const BUILT_IN: [&str; 3] = [
+        onus_http::request::KIND,
+        onus_webhooks::FANOUT,
+        onus_webhooks::DELIVER,
+    ];
     for (name, k) in &file.kinds {
-        let (base, _) = crate::cli::policy_named(&FileConfig::default(), name)
-            .unwrap_or((onus::Policy::preset_default(), String::new()));
-        let mut kind = onus::Kind::new(name.clone()).policy(base);
-        if let Some(q) = &k.queue {
-            kind = kind.queue(q.clone());
+        if !BUILT_IN.contains(&name.as_str()) {
+            // A kind this process does not handle: its policy and queue still apply to inserts.
+            let mut kind = onus::Kind::new(name.clone());
+            if let Some(q) = &k.queue {
+                kind = kind.queue(q.clone());
+            }
+            b = b.kind(kind);
+        } else if k.queue.is_some() {
+            return Err(format!(
+                "[kinds.\"{name}\"] queue: the queue of a built-in kind cannot be changed"
+            ));
         }
-        b = b.kind(kind);
         if let Some(o) = &k.policy {
             b = b.policy_override(name.clone(), o.clone());
         }
@@ -39,7 +61,9 @@ pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Onus, String>
         retention,
         ..onus::Options::default()
     });
-    b.build().map_err(|e| format!("configuration: {e}"))
+    let onus = b.build().map_err(|e| format!("configuration: {e}"))?;
+    hooks.attach(onus.client());
+    Ok((onus, hooks))
 }
 
 async fn healthz(State(store): State<Arc<dyn Store>>) -> (StatusCode, Json<serde_json::Value>) {
@@ -71,7 +95,6 @@ pub async fn serve(
         ));
     }
     for (section, present) in [
-        ("[webhooks]", file.webhooks.is_some()),
         ("[mail]", file.mail.is_some()),
         ("api_token", file.api_token.is_some()),
     ] {
@@ -80,7 +103,7 @@ pub async fn serve(
         }
     }
     let store = onus::open(&url).await.map_err(|e| e.to_string())?;
-    let onus = runtime(store.clone(), &file)?;
+    let (onus, _webhooks) = runtime(store.clone(), &file).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
         format!(
             "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen"

@@ -264,6 +264,11 @@ fn http_get(addr: &str, path: &str) -> String {
 
 /// Starts `onus serve` in `dir` with `env`, answers `GET /healthz`, and stops it with SIGTERM.
 fn serve_and_check(dir: &Path, env: &[(&str, &str)], database: &str) {
+    serve_while(dir, env, database, |_| {});
+}
+
+/// Like `serve_and_check`, running `during` while the server is up.
+fn serve_while(dir: &Path, env: &[(&str, &str)], database: &str, during: impl FnOnce(&str)) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_onus"));
     cmd.current_dir(dir)
         .arg("serve")
@@ -322,4 +327,70 @@ async fn serve_runs_unchanged_on_postgresql() {
     .await
     .unwrap();
     assert!(!dir.path().join("onus.db").exists());
+}
+
+#[test]
+fn serve_delivers_webhooks_published_by_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        "[webhooks]\nallow_networks = [\"127.0.0.1/32\"]\n",
+    )
+    .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("onus.db").display());
+    let sink = rt.block_on(onus_testkit::sink::HttpSink::start(|_, _| {
+        onus_testkit::sink::Reply::status(204)
+    }));
+    serve_while(dir.path(), &[], "sqlite", |_| {
+        rt.block_on(async {
+            let store = onus::open(&url).await.unwrap();
+            let hooks = onus_webhooks::Webhooks::open(
+                store.clone(),
+                onus_webhooks::WebhookConfig::default(),
+            )
+            .await
+            .unwrap();
+            hooks.attach(onus::Onus::builder(store).build().unwrap().client());
+            let (_, secret) = hooks
+                .create_endpoint(onus_webhooks::NewEndpoint {
+                    url: sink.url("/hook"),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let ev = hooks
+                .publish("invoice.paid", json!({"n": 1}), None)
+                .await
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while sink.count() == 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "serve never delivered the webhook"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let r = &sink.received()[0];
+            assert_eq!(r.header("webhook-id"), Some(ev.id.as_str()));
+            let ts: i64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
+            assert_eq!(
+                onus_webhooks::signing::verify(&secret, &r.headers, &r.body, ts),
+                Ok(())
+            );
+        });
+    });
+}
+
+#[test]
+fn bad_webhook_settings_stop_serve_with_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        "[webhooks]\nallow_networks = [\"localhost\"]\n",
+    )
+    .unwrap();
+    let o = onus(dir.path(), &["serve"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("allow_networks"), "{}", stderr(&o));
 }
