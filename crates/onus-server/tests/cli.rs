@@ -291,6 +291,7 @@ fn serve_while(dir: &Path, env: &[(&str, &str)], database: &str, during: impl Fn
         resp.contains(&format!("\"database\":\"{database}\"")),
         "{resp}"
     );
+    during(&addr);
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
