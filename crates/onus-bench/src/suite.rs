@@ -97,57 +97,45 @@ fn suite() -> Result<(), String> {
         }
     };
     let c = o.concurrency.to_string();
+    let throughput = |procs: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("MODE", "throughput".into()),
+            ("N", o.n.to_string()),
+            ("CONCURRENCY", c.clone()),
+            ("WORKER_PROCS", procs.into()),
+        ]
+    };
+    let latency = vec![
+        ("MODE", "latency".into()),
+        ("N", o.latency_n.to_string()),
+        ("CONCURRENCY", c.clone()),
+        ("LATENCY_GAP_MS", "5".into()),
+        ("LATENCY_WARMUP", "20".into()),
+    ];
     let workloads: Vec<Workload> = vec![
         (
             format!("throughput, {} jobs, 1 process", o.n),
-            vec![
-                ("MODE", "throughput".into()),
-                ("N", o.n.to_string()),
-                ("CONCURRENCY", c.clone()),
-                ("WORKER_PROCS", "1".into()),
-            ],
+            throughput("1"),
             "jobs_per_s",
         ),
         (
             format!("throughput, {} jobs, 2 processes", o.n),
-            vec![
-                ("MODE", "throughput".into()),
-                ("N", o.n.to_string()),
-                ("CONCURRENCY", c.clone()),
-                ("WORKER_PROCS", "2".into()),
-            ],
+            throughput("2"),
             "jobs_per_s",
         ),
         (
             format!("batch insert, {} jobs", o.n),
-            vec![
-                ("MODE", "throughput".into()),
-                ("N", o.n.to_string()),
-                ("CONCURRENCY", c.clone()),
-                ("WORKER_PROCS", "1".into()),
-            ],
+            throughput("1"),
             "insert_jobs_per_s",
         ),
         (
             format!("pick-up latency p50, {} samples", o.latency_n),
-            vec![
-                ("MODE", "latency".into()),
-                ("N", o.latency_n.to_string()),
-                ("CONCURRENCY", c.clone()),
-                ("LATENCY_GAP_MS", "5".into()),
-                ("LATENCY_WARMUP", "20".into()),
-            ],
+            latency.clone(),
             "p50_ms",
         ),
         (
             format!("pick-up latency p99, {} samples", o.latency_n),
-            vec![
-                ("MODE", "latency".into()),
-                ("N", o.latency_n.to_string()),
-                ("CONCURRENCY", c.clone()),
-                ("LATENCY_GAP_MS", "5".into()),
-                ("LATENCY_WARMUP", "20".into()),
-            ],
+            latency,
             "p99_ms",
         ),
     ];

@@ -649,17 +649,17 @@ impl Webhooks {
         Ok(rows.iter().map(|r| attempt_from(r)).collect())
     }
 
+    /// The event a job is about: gone means pruned (discard), any other failure is retryable.
+    async fn event_for_job(&self, id: &str) -> Result<Event, JobError> {
+        match self.event(id).await {
+            Ok(e) => Ok(e),
+            Err(Error::NotFound(_)) => Err(JobError::discard(format!("event {id} was pruned"))),
+            Err(e) => Err(JobError::retryable(e.to_string())),
+        }
+    }
+
     async fn fanout(&self, ctx: &JobContext, args: &FanoutArgs) -> JobResult {
-        let event = match self.event(&args.event_id).await {
-            Ok(e) => e,
-            Err(Error::NotFound(_)) => {
-                return Err(JobError::discard(format!(
-                    "event {} was pruned",
-                    args.event_id
-                )))
-            }
-            Err(e) => return Err(JobError::retryable(e.to_string())),
-        };
+        let event = self.event_for_job(&args.event_id).await?;
         let now = ctx.now();
         let cooldown = chrono::TimeDelta::from_std(self.inner.cfg.cooldown).unwrap_or_default();
         let endpoints = self
@@ -713,16 +713,7 @@ impl Webhooks {
                 ep.disabled_reason.as_deref().unwrap_or("by request")
             )));
         }
-        let event = match self.event(&args.event_id).await {
-            Ok(e) => e,
-            Err(Error::NotFound(_)) => {
-                return Err(JobError::discard(format!(
-                    "event {} was pruned",
-                    args.event_id
-                )))
-            }
-            Err(e) => return Err(JobError::retryable(e.to_string())),
-        };
+        let event = self.event_for_job(&args.event_id).await?;
         let now = ctx.now();
         let body =
             serde_json::to_vec(&event.payload).map_err(|e| JobError::discard(e.to_string()))?;
