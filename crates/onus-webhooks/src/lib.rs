@@ -31,6 +31,8 @@ use db::{stmt, Db, Val};
 pub const FANOUT: &str = "webhook.fanout";
 /// The delivery kind.
 pub const DELIVER: &str = "webhook.deliver";
+/// The hourly kind that prunes old events and attempts.
+pub const PRUNE: &str = "webhook.prune";
 
 /// Webhook settings (`[webhooks]` in `onus.toml`).
 #[derive(Debug, Clone)]
@@ -51,6 +53,8 @@ pub struct WebhookConfig {
     pub redeliver_max: usize,
     /// Networks deliveries may reach although the SSRF guard refuses them (tests, private nets).
     pub allow_networks: Vec<String>,
+    /// How long events and delivery attempts are kept (a delivery of a pruned event is discarded).
+    pub retention: Duration,
 }
 
 impl Default for WebhookConfig {
@@ -64,6 +68,7 @@ impl Default for WebhookConfig {
             redeliver_window: Duration::from_secs(14 * 86_400),
             redeliver_max: 10_000,
             allow_networks: Vec::new(),
+            retention: Duration::from_secs(30 * 86_400),
         }
     }
 }
@@ -324,9 +329,28 @@ impl Webhooks {
     }
 
     /// Adds the `webhook.fanout` (default policy) and `webhook.deliver` (webhook policy, one in
-    /// flight per endpoint) kinds to a runtime being built.
+    /// flight per endpoint) kinds to a runtime being built, and an hourly `webhook.prune`.
     pub fn register(&self, b: Builder) -> Builder {
-        let (a, d) = (self.clone(), self.clone());
+        let (a, d, p) = (self.clone(), self.clone(), self.clone());
+        let hourly = onus::Schedule::every(Duration::from_secs(3600))
+            .unwrap_or_else(|_| unreachable!("an hour is a valid interval"));
+        let b = b
+            .kind(Kind::new(PRUNE).policy(Policy::preset_periodic()).handler(
+                move |ctx: JobContext| {
+                    let w = p.clone();
+                    async move {
+                        w.prune(ctx.now())
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| JobError::retryable(e.to_string()))
+                    }
+                },
+            ))
+            .periodic(onus::Periodic::new(
+                PRUNE,
+                hourly,
+                NewJob::new(PRUNE, serde_json::json!({})),
+            ));
         b.kind(Kind::new(FANOUT).policy(Policy::preset_default()).typed(
             move |ctx: JobContext, args: FanoutArgs| {
                 let w = a.clone();
@@ -609,6 +633,29 @@ impl Webhooks {
             event,
             fanout,
         })
+    }
+
+    /// Deletes events and delivery attempts older than the retention; returns events deleted.
+    pub async fn prune(&self, now: Timestamp) -> Result<usize, Error> {
+        let before = us(now) - dur_us(self.inner.cfg.retention);
+        let (rows, _) = self
+            .inner
+            .db
+            .tx(
+                vec![
+                    stmt(
+                        "DELETE FROM onus_events WHERE created_at < $1 RETURNING id",
+                        vec![before.into()],
+                    ),
+                    stmt(
+                        "DELETE FROM onus_delivery_attempts WHERE attempted_at < $1 RETURNING id",
+                        vec![before.into()],
+                    ),
+                ],
+                Vec::new(),
+            )
+            .await?;
+        Ok(rows.first().map(Vec::len).unwrap_or(0))
     }
 
     /// One event.

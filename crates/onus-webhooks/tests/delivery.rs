@@ -160,6 +160,7 @@ both!(
     publish_commits_with_the_callers_transaction_or_not_at_all,
     a_rotated_secret_signs_alongside_the_previous_one,
     busy_until_shows_the_delivery_in_flight,
+    old_events_are_pruned_and_their_deliveries_discarded,
 );
 
 async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &str) {
@@ -704,5 +705,45 @@ async fn busy_until_shows_the_delivery_in_flight(backend: &str) {
         None,
         "released"
     );
+    w.stop().await;
+}
+
+async fn old_events_are_pruned_and_their_deliveries_discarded(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(500)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let ev = w.hooks.publish("old", json!({}), None).await.unwrap();
+    let j = w
+        .wait_delivery(&ev.id, "failed", |j| j.state == JobState::Retryable)
+        .await;
+    assert_eq!(w.hooks.attempts(&ev.id).await.unwrap().len(), 1);
+    // The hourly prune is registered; pruning as of a month on removes the event and attempts.
+    let schedules = w.store.list_periodic().await.unwrap();
+    assert!(
+        schedules
+            .iter()
+            .any(|p| p.name == onus_webhooks::PRUNE && p.schedule == "every: 1h"),
+        "{schedules:?}"
+    );
+    assert_eq!(
+        w.hooks
+            .prune(w.clock.now() + chrono::TimeDelta::days(31))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(w.hooks.event(&ev.id).await.is_err());
+    assert!(w.hooks.attempts(&ev.id).await.unwrap().is_empty());
+    // Its pending delivery finds the event gone and is discarded, sending nothing.
+    w.clock.advance_to(j.run_at);
+    let d = w
+        .wait_delivery(&ev.id, "discarded", |j| j.state == JobState::Discarded)
+        .await;
+    assert!(
+        d.errors.last().unwrap().message.contains("pruned"),
+        "{:?}",
+        d.errors
+    );
+    assert_eq!(sink.count(), 1);
     w.stop().await;
 }
