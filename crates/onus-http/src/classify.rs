@@ -47,7 +47,34 @@ impl Class {
     pub fn is_success(&self) -> bool {
         matches!(self, Class::Success)
     }
+
+    /// The handler's answer for this class for `job`: like [`Class::into_result`], but a snooze
+    /// after [`MAX_SNOOZES_PER_ATTEMPT`] snoozes in a row becomes a retryable failure.
+    pub fn into_job_result(self, job: &onus::Job) -> JobResult {
+        if let Class::Snooze { reason, .. } = &self {
+            let in_a_row = job
+                .errors
+                .iter()
+                .rev()
+                .take_while(|e| e.class == onus::EntryClass::Snooze)
+                .count();
+            if in_a_row >= MAX_SNOOZES_PER_ATTEMPT {
+                return Err(JobError::retryable(format!(
+                    "{reason}, {in_a_row} times in a row: counted as a failed attempt"
+                )));
+            }
+        }
+        self.into_result()
+    }
 }
+
+/// The shortest snooze a `Retry-After` can ask for.
+pub const MIN_SNOOZE: Duration = Duration::from_secs(1);
+
+/// How many `Retry-After` snoozes one attempt may take in a row; past that the answer counts as a
+/// retryable failure, spending an attempt. Snoozes spend none, so without this bound a server
+/// answering `429 Retry-After: 1` forever would get a request every second forever.
+pub const MAX_SNOOZES_PER_ATTEMPT: usize = 5;
 
 /// Parses `Retry-After`: delay seconds, or an HTTP date (a date in the past means now).
 pub fn retry_after(value: &str, now: Timestamp) -> Option<Duration> {
@@ -71,7 +98,7 @@ pub fn classify_status(
         200..=299 => Class::Success,
         429 | 503 => match retry_after_header.and_then(|h| retry_after(h, now)) {
             Some(d) => {
-                let d = d.min(cap);
+                let d = d.max(MIN_SNOOZE).min(cap.max(MIN_SNOOZE));
                 Class::Snooze {
                     until: now + chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX),
                     reason: format!(
@@ -125,8 +152,13 @@ mod tests {
         );
         assert_eq!(
             until(c(503, Some("Sat, 28 Feb 2026 00:00:00 GMT"))),
-            now(),
-            "a past date means now"
+            now() + chrono::TimeDelta::seconds(1),
+            "a past date means now, at least a second out"
+        );
+        assert_eq!(
+            until(c(429, Some("0"))),
+            now() + chrono::TimeDelta::seconds(1),
+            "never less than a second"
         );
         // Capped.
         assert_eq!(

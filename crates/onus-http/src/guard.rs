@@ -319,3 +319,42 @@ impl reqwest::dns::Resolve for GuardedResolver {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use reqwest::dns::Resolve;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_resolver_refuses_names_that_resolve_to_refused_addresses() {
+        let r = GuardedResolver {
+            guard: Arc::new(Guard::default()),
+        };
+        for name in ["127.0.0.1", "::1", "0.0.0.0"] {
+            let err = match r.resolve(reqwest::dns::Name::from_str(name).unwrap()).await {
+                Err(e) => e,
+                Ok(_) => panic!("{name} resolved"),
+            };
+            let b = err
+                .downcast_ref::<Blocked>()
+                .unwrap_or_else(|| panic!("{name}: {err}"));
+            assert!(b.target.starts_with(name), "{b}");
+        }
+        let open = GuardedResolver {
+            guard: Arc::new(Guard::parse(&["127.0.0.1/32"]).unwrap()),
+        };
+        let addrs: Vec<SocketAddr> = open
+            .resolve(reqwest::dns::Name::from_str("127.0.0.1").unwrap())
+            .await
+            .unwrap()
+            .collect();
+        assert_eq!(
+            addrs[0].ip(),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            "the checked address is the one connected to"
+        );
+    }
+}

@@ -77,7 +77,7 @@ pub fn kind(client: Arc<HttpClient>) -> Kind {
 async fn run(client: &HttpClient, ctx: &JobContext, args: &HttpRequestArgs) -> JobResult {
     let sent = client.send(&args.request(), ctx.now(), SNOOZE_CAP).await;
     tracing::debug!(job = ctx.job().id, status = ?sent.status, class = ?sent.class, "http.request");
-    sent.class.into_result().map_err(|e| match e {
+    sent.class.into_job_result(ctx.job()).map_err(|e| match e {
         JobError::Discard(m) => {
             JobError::Discard(format!("{} {}: {m}", args.method, args.url).into())
         }

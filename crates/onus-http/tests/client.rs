@@ -187,26 +187,6 @@ async fn a_name_resolving_to_a_refused_address_is_refused_at_resolution() {
 }
 
 #[tokio::test]
-async fn proxies_from_the_environment_are_ignored() {
-    let proxy = ConnCounter::start("127.0.0.1:0").await.unwrap();
-    let s = sink().await;
-    let p = format!("http://{}", proxy.addr());
-    for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-        // Set before the client is built; this test binary's other tests ignore proxies too.
-        unsafe_env_set(var, &p);
-    }
-    let c = client();
-    let sent = c.send(&get(&s.url("/ok")), now(), Duration::ZERO).await;
-    assert_eq!(sent.class, Class::Success);
-    assert_eq!(proxy.settled_count().await, 0, "the proxy saw nothing");
-}
-
-fn unsafe_env_set(k: &str, v: &str) {
-    // Edition 2021: setting the environment is safe to call; tests here do not read it concurrently.
-    std::env::set_var(k, v);
-}
-
-#[tokio::test]
 async fn call_once_answers_at_once_and_never_retries() {
     let s = sink().await;
     let c = client();

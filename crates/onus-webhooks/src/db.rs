@@ -256,6 +256,50 @@ impl Db {
         Ok((rows, ins))
     }
 
+    /// Runs statements in one transaction, then inserts the jobs `jobs_for` picks given their
+    /// rows (say, only for rows a conditional insert returned); nothing is written if any part
+    /// fails.
+    pub async fn tx_with(
+        &self,
+        stmts: Vec<Stmt>,
+        jobs_for: impl FnOnce(&[Rows]) -> Vec<InsertRow> + Send + 'static,
+    ) -> StoreResult<(Vec<Rows>, Vec<Inserted>)> {
+        if let Some(s) = self.sqlite() {
+            return s
+                .write(move |conn| {
+                    let rows = stmts
+                        .iter()
+                        .map(|st| sqlite_rows(conn, st))
+                        .collect::<StoreResult<Vec<_>>>()?;
+                    let jobs = jobs_for(&rows);
+                    let ins = jobs
+                        .into_iter()
+                        .map(|j| onus::sqlite::insert_tx(conn, j))
+                        .collect::<StoreResult<Vec<_>>>()?;
+                    Ok((rows, ins))
+                })
+                .await;
+        }
+        let pg = self.postgres().ok_or(StoreError::Closed)?;
+        let mut c = pg.pool().get().await.map_err(q)?;
+        let tx = c
+            .transaction()
+            .await
+            .map_err(|e| StoreError::Query(onus::store::postgres::describe(&e)))?;
+        let mut rows = Vec::with_capacity(stmts.len());
+        for st in &stmts {
+            rows.push(pg_rows(&*tx, st).await?);
+        }
+        let mut ins = Vec::new();
+        for j in jobs_for(&rows) {
+            ins.push(onus::postgres::insert_tx(&*tx, j).await?);
+        }
+        tx.commit()
+            .await
+            .map_err(|e| StoreError::Query(onus::store::postgres::describe(&e)))?;
+        Ok((rows, ins))
+    }
+
     /// Runs one statement (a write, or a read that must see the latest writes).
     pub async fn run(&self, sql: &'static str, params: Vec<Val>) -> StoreResult<Rows> {
         let (mut rows, _) = self.tx(vec![stmt(sql, params)], Vec::new()).await?;

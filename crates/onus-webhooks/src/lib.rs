@@ -385,7 +385,7 @@ impl Webhooks {
         let url = reqwest_url(&new.url)?;
         let secret = match new.secret {
             Some(s) => {
-                signing::key_of(&s).map_err(|e| Error::Invalid(e.to_string()))?;
+                signing::check_secret(&s).map_err(|e| Error::Invalid(e.to_string()))?;
                 s
             }
             None => signing::new_secret(),
@@ -452,7 +452,7 @@ impl Webhooks {
         let ep = self.endpoint(id).await?;
         let new = match secret {
             Some(s) => {
-                signing::key_of(&s).map_err(|e| Error::Invalid(e.to_string()))?;
+                signing::check_secret(&s).map_err(|e| Error::Invalid(e.to_string()))?;
                 s
             }
             None => signing::new_secret(),
@@ -526,13 +526,17 @@ impl Webhooks {
     /// Disables an endpoint with a reason; its pending deliveries are discarded.
     pub async fn disable(&self, id: &str, reason: &str) -> Result<(), Error> {
         let now = self.client()?.now();
-        self.inner
+        let rows = self
+            .inner
             .db
             .run(
-                "UPDATE onus_endpoints SET enabled = 0, disabled_reason = $1, updated_at = $2 WHERE id = $3",
+                "UPDATE onus_endpoints SET enabled = 0, disabled_reason = $1, updated_at = $2 WHERE id = $3 RETURNING id",
                 vec![reason.into(), us(now).into(), id.into()],
             )
             .await?;
+        if rows.is_empty() {
+            return Err(Error::NotFound(format!("no endpoint with id {id}")));
+        }
         self.flush_pending(id).await
     }
 
@@ -552,7 +556,12 @@ impl Webhooks {
     /// Runs every discarded delivery to the endpoint from the last 14 days (at most 10,000) again,
     /// one more attempt each. Returns the jobs retried.
     pub async fn redeliver(&self, id: &str) -> Result<Vec<i64>, Error> {
-        self.endpoint(id).await?;
+        let ep = self.endpoint(id).await?;
+        if !ep.enabled {
+            return Err(Error::Invalid(format!(
+                "endpoint {id} is disabled; enable it before redelivering"
+            )));
+        }
         let client = self.client()?;
         let since = client.now()
             - chrono::TimeDelta::from_std(self.inner.cfg.redeliver_window).unwrap_or_default();
@@ -582,7 +591,18 @@ impl Webhooks {
         }
         let p = self.prepare_publish(event_type, payload, id)?;
         let id = p.event_id.clone();
-        self.inner.db.tx(vec![p.event], vec![p.fanout]).await?;
+        // The fan-out only with a new event: a concurrent publish of the same id delivers once.
+        let fanout = p.fanout;
+        self.inner
+            .db
+            .tx_with(vec![p.event], move |rows| {
+                if rows[0].is_empty() {
+                    vec![]
+                } else {
+                    vec![fanout]
+                }
+            })
+            .await?;
         self.client()?.notify_inserted(onus::DEFAULT_QUEUE);
         self.event(&id).await
     }
@@ -651,6 +671,10 @@ impl Webhooks {
                         "DELETE FROM onus_delivery_attempts WHERE attempted_at < $1 RETURNING id",
                         vec![before.into()],
                     ),
+                    stmt(
+                        "DELETE FROM onus_deliveries WHERE created_at < $1 RETURNING event_id",
+                        vec![before.into()],
+                    ),
                 ],
                 Vec::new(),
             )
@@ -713,32 +737,52 @@ impl Webhooks {
             .endpoints()
             .await
             .map_err(|e| JobError::retryable(e.to_string()))?;
-        let jobs: Vec<NewJob> = endpoints
-            .into_iter()
-            .filter(|e| {
-                e.enabled && (e.event_types.is_empty() || e.event_types.contains(&event.event_type))
-            })
-            .map(|e| {
-                let j = NewJob::new(
-                    DELIVER,
-                    serde_json::json!({ "event_id": event.id, "endpoint_id": e.id }),
-                )
-                .unique_key(format!("{}:{}", event.id, e.id))
-                .lease_key(lease_key(&e.id));
-                // A failing endpoint gets new deliveries after a cooldown; a healthy one at once.
-                if e.failing_since.is_some() {
-                    j.run_at(now + cooldown)
-                } else {
-                    j
-                }
-            })
-            .collect();
-        if !jobs.is_empty() {
-            ctx.client()
-                .insert_many(jobs)
-                .await
-                .map_err(|e| JobError::retryable(e.to_string()))?;
+        let client = ctx.client();
+        let mut stmts = Vec::new();
+        let mut rows = Vec::new();
+        for e in endpoints.into_iter().filter(|e| {
+            e.enabled && (e.event_types.is_empty() || e.event_types.contains(&event.event_type))
+        }) {
+            let j = NewJob::new(
+                DELIVER,
+                serde_json::json!({ "event_id": event.id, "endpoint_id": e.id }),
+            )
+            .unique_key(format!("{}:{}", event.id, e.id))
+            .lease_key(lease_key(&e.id));
+            // A failing endpoint gets new deliveries after a cooldown; a healthy one at once.
+            let j = if e.failing_since.is_some() {
+                j.run_at(now + cooldown)
+            } else {
+                j
+            };
+            rows.push(
+                client
+                    .prepare(j)
+                    .map_err(|e| JobError::discard(e.to_string()))?,
+            );
+            stmts.push(stmt(
+                "INSERT INTO onus_deliveries (event_id, endpoint_id, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (event_id, endpoint_id) DO NOTHING RETURNING endpoint_id",
+                vec![event.id.clone().into(), e.id.clone().into(), us(now).into()],
+            ));
         }
+        if stmts.is_empty() {
+            return Ok(());
+        }
+        // Only pairs never fanned out before get a delivery, so a fan-out that runs again (its
+        // worker lost after the commit, say) delivers nothing twice.
+        self.inner
+            .db
+            .tx_with(stmts, move |results| {
+                rows.into_iter()
+                    .zip(results)
+                    .filter(|(_, r)| !r.is_empty())
+                    .map(|(row, _)| row)
+                    .collect()
+            })
+            .await
+            .map_err(|e| JobError::retryable(e.to_string()))?;
+        client.notify_inserted(onus::DEFAULT_QUEUE);
         Ok(())
     }
 
@@ -789,7 +833,7 @@ impl Webhooks {
             Class::Retryable(_) => "retryable",
             Class::Permanent(_) => "permanent",
         };
-        if sent.attempted || sent.status.is_some() || sent.blocked.is_some() {
+        {
             let excerpt: String = sent.excerpt.chars().take(512).collect();
             self.inner
                 .db
@@ -862,7 +906,7 @@ impl Webhooks {
                 ep.id
             )));
         }
-        sent.class.into_result()
+        sent.class.into_job_result(ctx.job())
     }
 }
 

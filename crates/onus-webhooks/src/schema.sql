@@ -22,6 +22,15 @@ CREATE TABLE IF NOT EXISTS onus_events (
 );
 CREATE INDEX IF NOT EXISTS onus_events_created ON onus_events (created_at);
 
+-- One row per (event, endpoint) ever fanned out: a fan-out that runs again creates no delivery twice.
+CREATE TABLE IF NOT EXISTS onus_deliveries (
+    event_id    TEXT   NOT NULL,
+    endpoint_id TEXT   NOT NULL,
+    created_at  BIGINT NOT NULL,
+    PRIMARY KEY (event_id, endpoint_id)
+);
+CREATE INDEX IF NOT EXISTS onus_deliveries_created ON onus_deliveries (created_at);
+
 CREATE TABLE IF NOT EXISTS onus_delivery_attempts (
     id               TEXT   PRIMARY KEY,
     event_id         TEXT   NOT NULL,

@@ -25,12 +25,26 @@ pub fn key_of(secret: &str) -> Result<Vec<u8>, SignError> {
     B64.decode(b64.trim()).map_err(|_| SignError::BadSecret)
 }
 
+/// Checks a secret an endpoint owner supplies: `whsec_` + base64 of 24 to 64 bytes.
+pub fn check_secret(secret: &str) -> Result<(), SignError> {
+    if !secret.starts_with("whsec_") {
+        return Err(SignError::WeakSecret);
+    }
+    match key_of(secret)?.len() {
+        24..=64 => Ok(()),
+        _ => Err(SignError::WeakSecret),
+    }
+}
+
 /// A problem with a secret or a signature.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignError {
     /// The secret is not `whsec_` + base64.
     #[error("a webhook secret is \"whsec_\" followed by base64; this one is not")]
     BadSecret,
+    /// The secret's key is too short or too long.
+    #[error("a webhook secret is \"whsec_\" followed by the base64 of 24 to 64 random bytes")]
+    WeakSecret,
     /// A required header is missing.
     #[error("the {0} header is missing")]
     MissingHeader(&'static str),
@@ -97,7 +111,7 @@ pub fn verify(
         .trim()
         .parse()
         .map_err(|_| SignError::BadTimestamp)?;
-    if (now - ts).abs() > TOLERANCE_SECS {
+    if now.abs_diff(ts) > TOLERANCE_SECS as u64 {
         return Err(SignError::Stale);
     }
     let key = key_of(secret)?;
@@ -186,5 +200,22 @@ mod tests {
             Err(SignError::BadSecret)
         );
         assert!(new_secret().starts_with("whsec_"));
+        assert_eq!(check_secret(&new_secret()), Ok(()));
+        assert_eq!(check_secret("whsec_"), Err(SignError::WeakSecret));
+        assert_eq!(check_secret(SECRET), Ok(()));
+        assert_eq!(
+            check_secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            Err(SignError::WeakSecret)
+        );
+        let hostile = vec![
+            ("webhook-id".to_string(), ID.to_string()),
+            ("webhook-timestamp".to_string(), i64::MIN.to_string()),
+            ("webhook-signature".to_string(), SIG.to_string()),
+        ];
+        assert_eq!(
+            verify(SECRET, &hostile, BODY, TS),
+            Err(SignError::Stale),
+            "no overflow on a hostile timestamp"
+        );
     }
 }

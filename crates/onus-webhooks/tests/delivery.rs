@@ -161,6 +161,9 @@ both!(
     a_rotated_secret_signs_alongside_the_previous_one,
     busy_until_shows_the_delivery_in_flight,
     old_events_are_pruned_and_their_deliveries_discarded,
+    endless_retry_after_spends_attempts_after_five_snoozes,
+    a_fanout_that_runs_again_delivers_nothing_twice,
+    a_connection_failure_is_recorded_as_an_attempt,
 );
 
 async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &str) {
@@ -745,5 +748,97 @@ async fn old_events_are_pruned_and_their_deliveries_discarded(backend: &str) {
         d.errors
     );
     assert_eq!(sink.count(), 1);
+    w.stop().await;
+}
+
+async fn endless_retry_after_spends_attempts_after_five_snoozes(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(429).header("retry-after", "0")).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let ev = w.hooks.publish("x", json!({}), None).await.unwrap();
+    for n in 1..=5u32 {
+        let j = w
+            .wait_delivery(&ev.id, "snoozed", |j| {
+                j.state == JobState::Snoozed && j.snoozes == n
+            })
+            .await;
+        assert_eq!(j.attempt, 0);
+        assert_eq!(
+            j.run_at,
+            w.clock.now() + chrono::TimeDelta::seconds(1),
+            "at least a second, whatever Retry-After says"
+        );
+        w.clock.advance_to(j.run_at);
+    }
+    let j = w
+        .wait_delivery(&ev.id, "failed", |j| j.state == JobState::Retryable)
+        .await;
+    assert_eq!(
+        (j.attempt, j.snoozes),
+        (1, 5),
+        "the sixth 429 in a row spends an attempt"
+    );
+    assert!(j.errors.last().unwrap().message.contains("in a row"));
+    assert_eq!(sink.count(), 6);
+    w.stop().await;
+}
+
+async fn a_fanout_that_runs_again_delivers_nothing_twice(backend: &str) {
+    let sink = HttpSink::start(|_, _| Reply::status(200)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let ev = w.hooks.publish("x", json!({}), None).await.unwrap();
+    w.wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    // The fan-out runs again after its deliveries finished (its worker was lost after the commit).
+    let again = w
+        .client
+        .insert(onus::NewJob::new(
+            onus_webhooks::FANOUT,
+            json!({"event_id": ev.id}),
+        ))
+        .await
+        .unwrap();
+    assert!(again.inserted);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while w.store.get(again.job.id).await.unwrap().unwrap().state != JobState::Completed {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(
+        w.deliveries(&ev.id).await.len(),
+        1,
+        "no second delivery job"
+    );
+    // Publishing the same id again delivers nothing either.
+    let same = w
+        .hooks
+        .publish("x", json!({}), Some(ev.id.clone()))
+        .await
+        .unwrap();
+    assert_eq!(same.id, ev.id);
+    assert_eq!(sink.count(), 1);
+    w.stop().await;
+}
+
+async fn a_connection_failure_is_recorded_as_an_attempt(backend: &str) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(format!("http://127.0.0.1:{closed}/hook")).await;
+    let ev = w.hooks.publish("x", json!({}), None).await.unwrap();
+    w.wait_delivery(&ev.id, "failed", |j| j.state == JobState::Retryable)
+        .await;
+    let a = w.hooks.attempts(&ev.id).await.unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].status, a[0].outcome.as_str()), (None, "retryable"));
+    assert!(
+        a[0].error.as_deref().unwrap_or("").contains("connect"),
+        "{:?}",
+        a[0].error
+    );
     w.stop().await;
 }
