@@ -221,39 +221,7 @@ impl Db {
         stmts: Vec<Stmt>,
         jobs: Vec<InsertRow>,
     ) -> StoreResult<(Vec<Rows>, Vec<Inserted>)> {
-        if let Some(s) = self.sqlite() {
-            return s
-                .write(move |conn| {
-                    let rows = stmts
-                        .iter()
-                        .map(|st| sqlite_rows(conn, st))
-                        .collect::<StoreResult<Vec<_>>>()?;
-                    let ins = jobs
-                        .into_iter()
-                        .map(|j| onus::sqlite::insert_tx(conn, j))
-                        .collect::<StoreResult<Vec<_>>>()?;
-                    Ok((rows, ins))
-                })
-                .await;
-        }
-        let pg = self.postgres().ok_or(StoreError::Closed)?;
-        let mut c = pg.pool().get().await.map_err(q)?;
-        let tx = c
-            .transaction()
-            .await
-            .map_err(|e| StoreError::Query(onus::store::postgres::describe(&e)))?;
-        let mut rows = Vec::with_capacity(stmts.len());
-        for st in &stmts {
-            rows.push(pg_rows(&*tx, st).await?);
-        }
-        let mut ins = Vec::with_capacity(jobs.len());
-        for j in jobs {
-            ins.push(onus::postgres::insert_tx(&*tx, j).await?);
-        }
-        tx.commit()
-            .await
-            .map_err(|e| StoreError::Query(onus::store::postgres::describe(&e)))?;
-        Ok((rows, ins))
+        self.tx_with(stmts, move |_| jobs).await
     }
 
     /// Runs statements in one transaction, then inserts the jobs `jobs_for` picks given their
