@@ -14,6 +14,9 @@ use onus::store::sqlite::SqliteStore;
 use onus::store::{InsertRow, Inserted, Store, StoreError, StoreResult};
 use tokio_postgres::types::{IsNull, ToSql, Type};
 
+/// The webhook schema, one script per version (each safe to apply once, in order).
+const MIGRATIONS: &[&str] = &[include_str!("schema.sql")];
+
 /// A value bound to or read from a statement.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Val {
@@ -285,24 +288,60 @@ impl Db {
         pg_rows(&**c, &s).await
     }
 
-    /// Applies the webhook schema once (an `IF NOT EXISTS` script both backends run).
+    /// Applies the webhook schema's migrations not applied yet, recorded in
+    /// `onus_webhooks_schema` (on PostgreSQL under an advisory lock, so processes may start at once).
     pub async fn migrate(&self) -> StoreResult<()> {
-        let script = include_str!("schema.sql");
+        const VERSION_TABLE: &str =
+            "CREATE TABLE IF NOT EXISTS onus_webhooks_schema (version BIGINT NOT NULL)";
         if let Some(s) = self.sqlite() {
             return s
-                .write(move |conn| conn.execute_batch(script).map_err(q))
+                .write(move |conn| {
+                    conn.execute_batch(VERSION_TABLE).map_err(q)?;
+                    let have: i64 = conn
+                        .query_row(
+                            "SELECT COALESCE(MAX(version), 0) FROM onus_webhooks_schema",
+                            [],
+                            |r| r.get(0),
+                        )
+                        .map_err(q)?;
+                    for (i, script) in MIGRATIONS.iter().enumerate().skip(have.max(0) as usize) {
+                        conn.execute_batch(script).map_err(q)?;
+                        conn.execute(
+                            "INSERT INTO onus_webhooks_schema (version) VALUES (?1)",
+                            [i as i64 + 1],
+                        )
+                        .map_err(q)?;
+                    }
+                    Ok(())
+                })
                 .await;
         }
         let pg = self.postgres().ok_or(StoreError::Closed)?;
-        let c = pg.pool().get().await.map_err(q)?;
-        c.batch_execute("SELECT pg_advisory_lock(7300183)")
+        let mut c = pg.pool().get().await.map_err(q)?;
+        let describe =
+            |e: tokio_postgres::Error| StoreError::Query(onus::store::postgres::describe(&e));
+        let tx = c.transaction().await.map_err(describe)?;
+        tx.batch_execute("SELECT pg_advisory_xact_lock(7300183)")
             .await
-            .map_err(q)?;
-        let r = c
-            .batch_execute(script)
+            .map_err(describe)?;
+        tx.batch_execute(VERSION_TABLE).await.map_err(describe)?;
+        let have: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM onus_webhooks_schema",
+                &[],
+            )
             .await
-            .map_err(|e| StoreError::Query(onus::store::postgres::describe(&e)));
-        let _ = c.batch_execute("SELECT pg_advisory_unlock(7300183)").await;
-        r
+            .map_err(describe)?
+            .get(0);
+        for (i, script) in MIGRATIONS.iter().enumerate().skip(have.max(0) as usize) {
+            tx.batch_execute(script).await.map_err(describe)?;
+            tx.execute(
+                "INSERT INTO onus_webhooks_schema (version) VALUES ($1)",
+                &[&(i as i64 + 1)],
+            )
+            .await
+            .map_err(describe)?;
+        }
+        tx.commit().await.map_err(describe)
     }
 }
