@@ -15,8 +15,6 @@ pub enum Backend {
 
 /// One test's world: a fresh database, a manual clock, fast maintenance intervals.
 pub struct Env {
-    #[allow(dead_code)]
-    pub backend: Backend,
     pub url: String,
     pub store: Arc<dyn Store>,
     pub clock: ManualClock,
@@ -45,7 +43,6 @@ impl Env {
         let store = onus::open(&url).await.expect("open store");
         let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().expect("time"));
         Env {
-            backend,
             url,
             store,
             clock,
