@@ -36,12 +36,7 @@ fn discarding(env: &Env) -> onus::Onus {
 pub async fn manual_retry_runs_now_with_one_more_attempt(env: Env) {
     let onus = discarding(&env);
     let client = onus.client();
-    let id = client
-        .insert(NewJob::new("d", json!({"ok_after": 2})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&client, NewJob::new("d", json!({"ok_after": 2}))).await;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Discarded).await;
     assert_eq!((j.attempt, j.max_attempts), (2, 2));
@@ -64,12 +59,7 @@ pub async fn bulk_retry_acts_on_every_matching_job(env: Env) {
         .map(|_| NewJob::new("d", json!({"ok_after": 2})))
         .collect();
     client.insert_many(jobs).await.unwrap();
-    let other = client
-        .insert(NewJob::new("other", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let other = crate::harness::insert_id(&client, NewJob::new("other", json!({}))).await;
     let running = onus.start();
     let env2 = &env;
     crate::harness::wait_until("all 250 discarded", || async move {
@@ -93,12 +83,11 @@ pub async fn bulk_retry_acts_on_every_matching_job(env: Env) {
 
 pub async fn cancel_waiting_job_at_once(env: Env) {
     let client = env.client();
-    let id = client
-        .insert(NewJob::new("x", json!({})).run_after(Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(
+        &client,
+        NewJob::new("x", json!({})).run_after(Duration::from_secs(60)),
+    )
+    .await;
     let out = client.cancel(id).await.unwrap();
     assert_eq!(out.cancelled, vec![id]);
     let j = env.job(id).await;
@@ -128,12 +117,7 @@ pub async fn cancel_running_job_signals_the_handler(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let id = client
-        .insert(NewJob::new("long", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&client, NewJob::new("long", json!({}))).await;
     let running = onus.start();
     env.wait_state(id, JobState::Running).await;
     let out = client.cancel(id).await.unwrap();
@@ -150,12 +134,7 @@ pub async fn bulk_cancel_acts_on_every_matching_job(env: Env) {
         .map(|_| NewJob::new("c", json!({})).queue("slow"))
         .collect();
     client.insert_many(jobs).await.unwrap();
-    let keep = client
-        .insert(NewJob::new("c", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let keep = crate::harness::insert_id(&client, NewJob::new("c", json!({}))).await;
     let out = client
         .cancel_where(&JobFilter {
             queues: vec!["slow".into()],
@@ -175,12 +154,7 @@ pub async fn retry_and_cancel_refuse_with_a_reason(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let id = client
-        .insert(NewJob::new("ok", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&client, NewJob::new("ok", json!({}))).await;
     let running = onus.start();
     env.wait_state(id, JobState::Completed).await;
     let e = client.retry(id).await.unwrap_err();
@@ -227,13 +201,7 @@ pub async fn a_cancel_requested_elsewhere_wins_over_a_failed_attempt(env: Env) {
         }))
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("stubborn", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("stubborn", json!({}))).await;
     let running = onus.start();
     env.wait_state(id, JobState::Running).await;
     // Another process asks to cancel; no heartbeat carries it here before the attempt fails.

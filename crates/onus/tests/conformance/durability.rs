@@ -33,12 +33,7 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let id = client
-        .insert(NewJob::new("k", json!({})).lease_key("ep"))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&client, NewJob::new("k", json!({})).lease_key("ep")).await;
     let claimed = claim_as_dead_process(&env, "k").await;
     assert_eq!(claimed.len(), 1);
     let now = env.clock_now();
@@ -57,12 +52,7 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
         onus::store::LeaseDecision::Acquired
     );
     // A second job whose process died longer ago: once it is rescued, the rescuer has looked.
-    let older = client
-        .insert(NewJob::new("k", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let older = crate::harness::insert_id(&client, NewJob::new("k", json!({}))).await;
     let now = env.clock_now();
     env.store
         .claim(ClaimRequest {
@@ -94,12 +84,8 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
         "the lost attempt counted, then the job ran again"
     );
     // The dead process's lease-key slot was released with the rescue.
-    let same_key = client
-        .insert(NewJob::new("k", json!({})).lease_key("ep"))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let same_key =
+        crate::harness::insert_id(&client, NewJob::new("k", json!({})).lease_key("ep")).await;
     let j = env.wait_state(same_key, JobState::Completed).await;
     assert_eq!(j.snoozes, 0);
     running.shutdown(Duration::from_secs(5)).await;
@@ -112,18 +98,8 @@ pub async fn rescuer_ignores_unknown_kinds(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let unknown = client
-        .insert(NewJob::new("stranger", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
-    let known = client
-        .insert(NewJob::new("k", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let unknown = crate::harness::insert_id(&client, NewJob::new("stranger", json!({}))).await;
+    let known = crate::harness::insert_id(&client, NewJob::new("k", json!({}))).await;
     claim_as_dead_process(&env, "stranger").await;
     claim_as_dead_process(&env, "k").await;
     let running = onus.start();
@@ -165,12 +141,7 @@ pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
         .into_iter()
         .map(|i| i.job.id)
         .collect();
-    let quick = client
-        .insert(NewJob::new("quick", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let quick = crate::harness::insert_id(&client, NewJob::new("quick", json!({}))).await;
     let running = onus.start();
     for id in stuck.iter().chain([&quick]) {
         env.wait_state(*id, JobState::Running).await;
@@ -271,12 +242,9 @@ pub fn child_main(url: &str, mode: &str) {
                 .client();
             let mut out = std::io::stdout();
             for i in 0.. {
-                let id = client
-                    .insert(NewJob::new("durable", json!({"i": i})))
-                    .await
-                    .unwrap()
-                    .job
-                    .id;
+                let id =
+                    crate::harness::insert_id(&client, NewJob::new("durable", json!({"i": i})))
+                        .await;
                 use std::io::Write;
                 writeln!(out, "confirmed {id}").unwrap();
                 out.flush().unwrap();
@@ -371,30 +339,10 @@ pub async fn retention_prunes_finished_jobs(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let done = client
-        .insert(NewJob::new("ok", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
-    let bad = client
-        .insert(NewJob::new("bad", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
-    let cancelled = client
-        .insert(NewJob::new("x", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
-    let waiting = client
-        .insert(NewJob::new("x", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let done = crate::harness::insert_id(&client, NewJob::new("ok", json!({}))).await;
+    let bad = crate::harness::insert_id(&client, NewJob::new("bad", json!({}))).await;
+    let cancelled = crate::harness::insert_id(&client, NewJob::new("x", json!({}))).await;
+    let waiting = crate::harness::insert_id(&client, NewJob::new("x", json!({}))).await;
     client.cancel(cancelled).await.unwrap();
     let running = onus.start();
     env.wait_state(done, JobState::Completed).await;
@@ -473,13 +421,7 @@ pub async fn cancel_from_another_process_reaches_the_handler(env: Env) {
         }))
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("long", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("long", json!({}))).await;
     let running = onus.start();
     env.wait_state(id, JobState::Running).await;
     // Another process (the CLI, say) shares only the database.

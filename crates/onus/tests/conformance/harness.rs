@@ -143,3 +143,8 @@ impl Env {
         self.clock.now()
     }
 }
+
+/// Inserts `job` and returns its id.
+pub async fn insert_id(client: &onus::Client, job: onus::NewJob) -> JobId {
+    client.insert(job).await.expect("insert").job.id
+}

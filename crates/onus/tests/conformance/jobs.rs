@@ -118,13 +118,7 @@ pub async fn retryable_error_waits_out_the_backoff(env: Env) {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("flaky", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("flaky", json!({}))).await;
     let running = onus.start();
     let failed = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(failed.attempt, 1);
@@ -139,13 +133,7 @@ pub async fn retryable_error_waits_out_the_backoff(env: Env) {
     // Nothing runs before the backoff is over: once a job inserted after the clock moved has
     // run, the worker has claimed since then, and it left the retryable job alone.
     env.clock.advance(Duration::from_millis(850));
-    let probe = onus
-        .client()
-        .insert(NewJob::new("flaky", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let probe = crate::harness::insert_id(&onus.client(), NewJob::new("flaky", json!({}))).await;
     env.wait_state(probe, JobState::Completed).await;
     assert_eq!(env.job(id).await.state, JobState::Retryable);
     env.clock.advance_to(failed.run_at);
@@ -175,13 +163,7 @@ pub async fn snooze_spends_no_attempt(env: Env) {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("waits", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("waits", json!({}))).await;
     let running = onus.start();
     for round in 1..=2u32 {
         let j = env
@@ -211,13 +193,7 @@ pub async fn discard_is_permanent(env: Env) {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("bad", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("bad", json!({}))).await;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Discarded).await;
     assert_eq!(j.discard_reason, Some(DiscardReason::Permanent));
@@ -245,13 +221,7 @@ pub async fn panic_counts_as_a_retryable_failure(env: Env) {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("boom", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("boom", json!({}))).await;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(j.attempt, 1);
@@ -277,13 +247,7 @@ pub async fn timeout_counts_as_a_retryable_failure(env: Env) {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("slow", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("slow", json!({}))).await;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Retryable).await;
     assert_eq!(j.errors[0].class, EntryClass::Timeout);
@@ -364,12 +328,8 @@ pub async fn scheduled_jobs_wait_and_priorities_order(env: Env) {
     let mut ids = Vec::new();
     for (n, prio) in [(3, 3), (1, 1), (2, 2), (4, 3)] {
         ids.push(
-            client
-                .insert(NewJob::new("p", json!({"n": n})).priority(prio))
-                .await
-                .unwrap()
-                .job
-                .id,
+            crate::harness::insert_id(&client, NewJob::new("p", json!({"n": n})).priority(prio))
+                .await,
         );
     }
     let running = onus.start();
@@ -420,14 +380,7 @@ pub async fn queues_have_their_own_concurrency(env: Env) {
     let mut ids = Vec::new();
     for i in 0..9 {
         let q = if i < 6 { "a" } else { "b" };
-        ids.push(
-            client
-                .insert(NewJob::new("w", json!({})).queue(q))
-                .await
-                .unwrap()
-                .job
-                .id,
-        );
+        ids.push(crate::harness::insert_id(&client, NewJob::new("w", json!({})).queue(q)).await);
     }
     let running = onus.start();
     let gg = gauges.clone();
@@ -479,27 +432,12 @@ pub async fn never_claims_unknown_kinds(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let unknown = client
-        .insert(NewJob::new("unknown", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
-    let known = client
-        .insert(NewJob::new("known", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let unknown = crate::harness::insert_id(&client, NewJob::new("unknown", json!({}))).await;
+    let known = crate::harness::insert_id(&client, NewJob::new("known", json!({}))).await;
     let running = onus.start();
     env.wait_state(known, JobState::Completed).await;
     env.clock.advance(Duration::from_secs(3600));
-    let k2 = client
-        .insert(NewJob::new("known", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let k2 = crate::harness::insert_id(&client, NewJob::new("known", json!({}))).await;
     env.wait_state(k2, JobState::Completed).await;
     let u = env.job(unknown).await;
     assert_eq!((u.state, u.attempt), (JobState::Available, 0));
@@ -521,13 +459,7 @@ pub async fn exhausted_jobs_raise_an_alert(env: Env) {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("doomed", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("doomed", json!({}))).await;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Discarded).await;
     assert_eq!(j.discard_reason, Some(DiscardReason::Exhausted));

@@ -43,12 +43,11 @@ async fn run_leased(env: Env, slots: u32, jobs: usize) {
         )
         .await
         .unwrap();
-    let free = client
-        .insert(NewJob::new("leased", json!({})).lease_key("endpoint:2"))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let free = crate::harness::insert_id(
+        &client,
+        NewJob::new("leased", json!({})).lease_key("endpoint:2"),
+    )
+    .await;
     let running = onus.start();
     let mut snoozes = 0;
     for r in &rows {
@@ -108,20 +107,18 @@ pub async fn rate_window_snoozes_to_the_next_window(env: Env) {
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(
-            client
-                .insert(NewJob::new("mail", json!({"to": "bob@example.com"})))
-                .await
-                .unwrap()
-                .job
-                .id,
+            crate::harness::insert_id(
+                &client,
+                NewJob::new("mail", json!({"to": "bob@example.com"})),
+            )
+            .await,
         );
     }
-    let other = client
-        .insert(NewJob::new("mail", json!({"to": "eve@example.com"})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let other = crate::harness::insert_id(
+        &client,
+        NewJob::new("mail", json!({"to": "eve@example.com"})),
+    )
+    .await;
     let running = onus.start();
     env.wait_state(ids[0], JobState::Completed).await;
     env.wait_state(ids[1], JobState::Completed).await;
@@ -146,12 +143,7 @@ pub async fn rate_window_drops_on_purpose(env: Env) {
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(
-            client
-                .insert(NewJob::new("mail", json!({"to": "owner-7"})))
-                .await
-                .unwrap()
-                .job
-                .id,
+            crate::harness::insert_id(&client, NewJob::new("mail", json!({"to": "owner-7"}))).await,
         );
     }
     let running = onus.start();
@@ -181,12 +173,11 @@ pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let holder = client
-        .insert(NewJob::new("slow", json!({"hold": true})).lease_key("ep"))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let holder = crate::harness::insert_id(
+        &client,
+        NewJob::new("slow", json!({"hold": true})).lease_key("ep"),
+    )
+    .await;
     let running = onus.start();
     let before = env.wait_state(holder, JobState::Running).await;
     // Far past the lease TTL: the heartbeat renews the job's lease and its slot together.
@@ -197,12 +188,8 @@ pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
             && j.lease_expires_at != before.lease_expires_at
     })
     .await;
-    let waiter = client
-        .insert(NewJob::new("slow", json!({})).lease_key("ep"))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let waiter =
+        crate::harness::insert_id(&client, NewJob::new("slow", json!({})).lease_key("ep")).await;
     let w = env
         .wait_job(waiter, "snoozed behind the holder", |j| j.snoozes == 1)
         .await;
@@ -230,12 +217,8 @@ pub async fn a_handler_snooze_on_a_leased_job_keeps_its_time(env: Env) {
         .build()
         .unwrap();
     let client = onus.client();
-    let id = client
-        .insert(NewJob::new("limited", json!({})).lease_key("ep"))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id =
+        crate::harness::insert_id(&client, NewJob::new("limited", json!({})).lease_key("ep")).await;
     let running = onus.start();
     let j = env.wait_state(id, JobState::Snoozed).await;
     assert_eq!(

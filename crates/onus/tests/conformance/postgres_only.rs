@@ -342,23 +342,12 @@ async fn notify_wakes_an_idle_worker_long_before_its_poll() {
         .unwrap();
     let running = onus.start();
     // Let the worker make its first (empty) claim and go idle: a job it then runs came by notice.
-    let warm = onus
-        .client()
-        .insert(NewJob::new("ping", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let warm = crate::harness::insert_id(&onus.client(), NewJob::new("ping", json!({}))).await;
     env.wait_state(warm, JobState::Completed).await;
     // Another process inserts: nothing in this process hears of it but the notice.
     let other = Onus::builder(env.reopen().await).build().unwrap().client();
     for _ in 0..5 {
-        let id = other
-            .insert(NewJob::new("ping", json!({})))
-            .await
-            .unwrap()
-            .job
-            .id;
+        let id = crate::harness::insert_id(&other, NewJob::new("ping", json!({}))).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             if env.job(id).await.state == JobState::Completed {
@@ -508,13 +497,7 @@ async fn a_process_cut_off_longer_than_its_lease_drops_its_attempts() {
         }))
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new("long", json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new("long", json!({}))).await;
     let running = onus.start();
     wait_until("the first attempt runs", || async {
         store

@@ -74,12 +74,11 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
     };
     let client = env.client();
     let kind = format!("k{}", rand_suffix());
-    let id = client
-        .insert(NewJob::new(kind.clone(), json!({})).max_attempts(max_attempts))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(
+        &client,
+        NewJob::new(kind.clone(), json!({})).max_attempts(max_attempts),
+    )
+    .await;
     let mut manual_retries = 0;
     for step in steps {
         let before = env.job(id).await;

@@ -26,13 +26,7 @@ async fn full_timeline(env: &Env, kind: &str, policy: Policy) -> Duration {
         )
         .build()
         .unwrap();
-    let id = onus
-        .client()
-        .insert(NewJob::new(kind, json!({})))
-        .await
-        .unwrap()
-        .job
-        .id;
+    let id = crate::harness::insert_id(&onus.client(), NewJob::new(kind, json!({}))).await;
     let running = onus.start();
     let mut attempted = Vec::new();
     for attempt in 1..=policy.max_attempts {
