@@ -175,19 +175,7 @@ pub async fn sigkill_loses_no_job(env: Env) {
         .into_iter()
         .map(|i| i.job.id)
         .collect();
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_worker_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ONUS_CHILD_URL", &env.url)
-        .env("ONUS_CHILD_MODE", "hold")
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = crate::harness::spawn_child(&env.url, "hold", 0, std::process::Stdio::null());
     // 20 slots, and as many claimed jobs ready to start.
     wait_until("the child holds 40 claimed jobs", || async {
         env.count(JobState::Running).await == 40
@@ -370,19 +358,8 @@ pub async fn retention_prunes_finished_jobs(env: Env) {
 
 pub async fn confirmed_inserts_survive_a_crash(env: Env) {
     use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_worker_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ONUS_CHILD_URL", &env.url)
-        .env("ONUS_CHILD_MODE", "insert")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child =
+        crate::harness::spawn_child(&env.url, "insert", 0, std::process::Stdio::piped());
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut confirmed = Vec::new();
     while confirmed.len() < 300 {

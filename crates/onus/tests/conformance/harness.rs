@@ -148,3 +148,42 @@ impl Env {
 pub async fn insert_id(client: &onus::Client, job: onus::NewJob) -> JobId {
     client.insert(job).await.expect("insert").job.id
 }
+
+/// Runs this test binary again as a child process in `mode` (see `child_worker_process`), its
+/// stdout as given.
+pub fn spawn_child(
+    url: &str,
+    mode: &str,
+    index: usize,
+    stdout: std::process::Stdio,
+) -> tokio::process::Child {
+    tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "child_worker_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ONUS_CHILD_URL", url)
+        .env("ONUS_CHILD_MODE", mode)
+        .env("ONUS_CHILD_INDEX", index.to_string())
+        .stdout(stdout)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the child process")
+}
+
+/// A handler body that counts how many run at once: `now` in flight, `max` ever.
+pub async fn gauged(
+    now: &std::sync::atomic::AtomicUsize,
+    max: &std::sync::atomic::AtomicUsize,
+) -> onus::JobResult {
+    use std::sync::atomic::Ordering;
+    let c = now.fetch_add(1, Ordering::SeqCst) + 1;
+    max.fetch_max(c, Ordering::SeqCst);
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    now.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}

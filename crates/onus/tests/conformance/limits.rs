@@ -21,15 +21,7 @@ async fn run_leased(env: Env, slots: u32, jobs: usize) {
                 .lease_slots(slots)
                 .handler(move |_c: JobContext| {
                     let (n, m) = (n.clone(), m.clone());
-                    async move {
-                        let c = n.fetch_add(1, Ordering::SeqCst) + 1;
-                        m.fetch_max(c, Ordering::SeqCst);
-                        for _ in 0..20 {
-                            tokio::task::yield_now().await;
-                        }
-                        n.fetch_sub(1, Ordering::SeqCst);
-                        Ok(())
-                    }
+                    async move { crate::harness::gauged(&n, &m).await }
                 }),
         )
         .build()
@@ -245,15 +237,7 @@ pub async fn limits_hold_across_processes(env: Env) {
             .queue("default", 8)
             .kind(Kind::new("leased").handler(move |_c: JobContext| {
                 let (n, m) = (n.clone(), m.clone());
-                async move {
-                    let c = n.fetch_add(1, Ordering::SeqCst) + 1;
-                    m.fetch_max(c, Ordering::SeqCst);
-                    for _ in 0..20 {
-                        tokio::task::yield_now().await;
-                    }
-                    n.fetch_sub(1, Ordering::SeqCst);
-                    Ok(())
-                }
+                async move { crate::harness::gauged(&n, &m).await }
             }))
             .kind(Kind::new("rated").handler(move |ctx: JobContext| {
                 let limit = limit.clone();

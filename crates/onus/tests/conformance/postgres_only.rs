@@ -19,20 +19,7 @@ async fn sql(url: &str) -> tokio_postgres::Client {
 }
 
 fn child(url: &str, mode: &str, index: usize) -> tokio::process::Child {
-    tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_worker_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ONUS_CHILD_URL", url)
-        .env("ONUS_CHILD_MODE", mode)
-        .env("ONUS_CHILD_INDEX", index.to_string())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    crate::harness::spawn_child(url, mode, index, std::process::Stdio::null())
 }
 
 fn child_options() -> Options {
