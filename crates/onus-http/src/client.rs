@@ -59,7 +59,8 @@ pub struct Sent {
     pub class: Class,
     /// The status, when a response came.
     pub status: Option<u16>,
-    /// The first bytes of the response body.
+    /// The first bytes of the response body, as text that any database can store (no NUL
+    /// characters; invalid UTF-8 replaced).
     pub excerpt: String,
     /// How long the attempt took.
     pub duration: Duration,
@@ -225,7 +226,7 @@ impl HttpClient {
                     status: None,
                     excerpt: String::new(),
                     duration: started.elapsed(),
-                    error: Some(msg),
+                    error: Some(onus::job::clean_message(&msg)),
                     attempted: blocked.is_none() && !e.is_connect(),
                     blocked,
                 }
@@ -293,5 +294,5 @@ async fn excerpt(resp: reqwest::Response) -> String {
         }
     }
     buf.truncate(EXCERPT_BYTES);
-    String::from_utf8_lossy(&buf).into_owned()
+    onus::job::clean_message(&String::from_utf8_lossy(&buf))
 }

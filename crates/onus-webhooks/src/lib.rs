@@ -90,8 +90,8 @@ pub enum Error {
     Jobs(#[from] onus::Error),
 }
 
-/// A webhook endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A webhook endpoint. Its `Debug` output hides the secrets.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct Endpoint {
     /// `ep_...`
     pub id: String,
@@ -117,6 +117,30 @@ pub struct Endpoint {
     /// Created.
     pub created_at: Timestamp,
 }
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .field("description", &self.description)
+            .field("event_types", &self.event_types)
+            .field(
+                "secrets",
+                &format_args!("[{} hidden]", self.secrets.len()),
+            )
+            .field("enabled", &self.enabled)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("failing_since", &self.failing_since)
+            .field("last_failure_at", &self.last_failure_at)
+            .field("busy_until", &self.busy_until)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+/// The largest event payload accepted, as serialized JSON.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
 /// An event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -635,6 +659,17 @@ impl Webhooks {
         }
         let now = client.now();
         let body = serde_json::to_string(&payload).map_err(|e| Error::Invalid(e.to_string()))?;
+        if body.len() > MAX_PAYLOAD_BYTES {
+            return Err(Error::Invalid(format!(
+                "the event payload is {} bytes of JSON; the most is {MAX_PAYLOAD_BYTES} (256 KiB): send a reference to the data instead",
+                body.len()
+            )));
+        }
+        if let Some(path) = onus::job::find_nul(&payload, "payload") {
+            return Err(Error::Invalid(format!(
+                "{path} contains a NUL character (\\u0000), which the database cannot store; remove it"
+            )));
+        }
         let fanout = client.prepare(
             NewJob::new(FANOUT, serde_json::json!({ "event_id": id })).unique_key(id.clone()),
         )?;

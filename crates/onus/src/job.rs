@@ -172,6 +172,58 @@ pub struct HistoryEntry {
     pub message: String,
 }
 
+/// The longest message kept in a job's history (and in its alert and periodic schedule), in bytes;
+/// a longer one is cut, saying how much was cut.
+pub const MAX_MESSAGE: usize = 2048;
+
+/// A message as stored: NUL characters (which PostgreSQL cannot store in text or JSON) removed,
+/// and at most [`MAX_MESSAGE`] bytes.
+pub fn clean_message(message: &str) -> String {
+    let s: std::borrow::Cow<'_, str> = if message.contains('\0') {
+        message.replace('\0', "").into()
+    } else {
+        message.into()
+    };
+    if s.len() <= MAX_MESSAGE {
+        return s.into_owned();
+    }
+    let mut end = MAX_MESSAGE - 40;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} more bytes cut)", &s[..end], s.len() - end)
+}
+
+/// The path (from `root`) of the first string or key in `v` holding a NUL character, which
+/// PostgreSQL cannot store in JSON: such values are refused at insert on every backend.
+pub fn find_nul(v: &serde_json::Value, root: &str) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) if s.contains('\0') => Some(root.to_string()),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_nul(v, &format!("{root}[{i}]"))),
+        serde_json::Value::Object(o) => o.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                Some(format!("{root} (a key)"))
+            } else {
+                find_nul(v, &format!("{root}.{k}"))
+            }
+        }),
+        _ => None,
+    }
+}
+
+impl HistoryEntry {
+    /// The entry with its message as stored (see [`clean_message`]).
+    pub fn cleaned(&self) -> HistoryEntry {
+        HistoryEntry {
+            message: clean_message(&self.message),
+            ..self.clone()
+        }
+    }
+}
+
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {

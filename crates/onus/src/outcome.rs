@@ -139,6 +139,14 @@ pub fn chain(e: &(dyn StdError + 'static)) -> String {
     s
 }
 
+/// The message a panic carried.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
 /// How an attempt ended, as the runtime saw it.
 #[derive(Debug)]
 pub enum AttemptEnd {
@@ -204,7 +212,7 @@ pub fn decide<R: Rng + ?Sized>(
         at: now,
         attempt: job.attempt,
         class,
-        message,
+        message: crate::job::clean_message(&message),
     };
     let mut failed = |class: EntryClass, message: String| {
         if job.attempt >= job.max_attempts {

@@ -188,6 +188,11 @@ pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Er
     if let Some(k) = &job.lease_key {
         check_name("lease_key", k)?;
     }
+    if let Some(path) = crate::job::find_nul(&job.args, "args") {
+        return Err(Error::Invalid(format!(
+            "{path} contains a NUL character (\\u0000), which the database cannot store; remove it or encode the value (base64, say)"
+        )));
+    }
     let max_attempts = match job.max_attempts {
         Some(0) => return Err(Error::Invalid("max_attempts must be at least 1".into())),
         Some(n) => n,
@@ -219,3 +224,4 @@ pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Er
         lease_key: job.lease_key,
     })
 }
+

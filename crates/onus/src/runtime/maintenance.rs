@@ -5,18 +5,19 @@
 //! rescued under a policy its rescuer has not seen; its writes are guarded by the lost lease, so
 //! two rescuers never both act on one job. Periodic enqueues and pruning run on the leader only.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::worker::{finish_of, jumped};
+use super::worker::{finish_of, jumped, Outcome};
 use super::Shared;
 use crate::clock::add;
-use crate::job::NewJob;
+use crate::job::{JobId, NewJob};
 use crate::outcome::{decide, AttemptEnd};
-use crate::store::Finish;
+use crate::store::HeldJob;
 
 /// The leadership that retention needs (any process may hold it).
 pub(crate) const LEADER: &str = "onus";
@@ -24,52 +25,97 @@ pub(crate) const LEADER: &str = "onus";
 /// every process that defines periodic jobs should define the same set.
 pub(crate) const PERIODIC_LEADER: &str = "onus.periodic";
 
-/// Renews the leases of this process's running jobs and delivers cancel requests made elsewhere.
+/// How long a held job may go without a renewal reaching the database before this process must
+/// assume another process will rescue it: three quarters of a lease.
+pub(crate) fn fence_after(shared: &Shared) -> Duration {
+    shared.options.lease_ttl.mul_f64(0.75)
+}
+
+/// Renews the leases of the jobs this process holds and delivers cancel requests made elsewhere.
 ///
-/// A process that cannot renew its leases for most of a lease's life must assume another process
-/// will rescue its jobs, so it drops its running attempts (the fence): no job ever runs in two
-/// processes at once, even when the database is out of reach for a while.
+/// Every renewal has a deadline: the moment the oldest held job would go three quarters of a lease
+/// without a renewal that reached the database, measured from the *start* of the last one that
+/// did (the lease it wrote runs from then). A renewal that fails, or hangs past that deadline, or
+/// finds a job no longer leased to this process, stops those attempts at once without an outcome
+/// (the fence): no job ever runs in two processes at once, even when the database is out of reach
+/// or a connection hangs.
 pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
     let mut failing = false;
-    let mut renewed = Instant::now();
-    let fence_after = shared.options.lease_ttl.mul_f64(0.75);
     loop {
+        let fence_after = fence_after(&shared);
+        let mut wake = Instant::now() + shared.options.heartbeat_interval;
+        if let Some(fence) = shared.hub.next_fence(fence_after) {
+            wake = wake.min(fence);
+        }
         tokio::select! {
-            _ = tokio::time::sleep(shared.options.heartbeat_interval) => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
             _ = stop.cancelled() => return,
         }
-        if shared.hub.running_ids() == 0 {
-            renewed = Instant::now();
+        fence(&shared, fence_after);
+        let held = shared.hub.snapshot();
+        let Some(oldest) = held.iter().map(|h| h.renewed).min() else {
             continue;
-        }
+        };
+        let deadline = oldest + fence_after;
+        let started = Instant::now();
         let until = add(shared.clock.now(), shared.options.lease_ttl);
-        match shared.store.heartbeat(&shared.owner, until).await {
-            Ok(cancel) => {
+        let jobs: Vec<HeldJob> = held.iter().map(|h| h.job).collect();
+        let renewal = tokio::time::timeout_at(
+            deadline.into(),
+            shared.store.heartbeat(&shared.owner, &jobs, until),
+        )
+        .await;
+        let serial: HashMap<JobId, u64> = held.iter().map(|h| (h.job.id, h.serial)).collect();
+        match renewal {
+            Ok(Ok(r)) => {
                 if failing {
                     tracing::info!("renewing job leases again");
                 }
                 failing = false;
-                renewed = Instant::now();
-                for id in cancel {
+                let renewed: Vec<(JobId, u64)> =
+                    r.renewed.iter().map(|id| (*id, serial[id])).collect();
+                shared.hub.renewed(&renewed, started);
+                for id in r.cancel {
                     shared.hub.cancel_running(id);
                 }
+                for id in r.lost {
+                    if shared.hub.lose(id, serial[&id]) {
+                        tracing::warn!(
+                            job = id,
+                            "stopped an attempt: its lease is no longer this process's (rescued elsewhere)"
+                        );
+                    }
+                }
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 if !failing {
                     tracing::error!(error = %e, "cannot renew job leases; will keep trying");
                     failing = true;
                 }
-                if renewed.elapsed() >= fence_after {
+            }
+            Err(_) => {
+                if !failing {
                     tracing::error!(
-                        running = shared.hub.running_ids(),
-                        "leases not renewed for {}: dropping running attempts so no other process runs them at the same time",
-                        crate::policy::human(renewed.elapsed())
+                        "renewing job leases got no answer within {}; will keep trying",
+                        crate::policy::human(deadline.saturating_duration_since(started))
                     );
-                    shared.hub.fence_all();
-                    renewed = Instant::now();
+                    failing = true;
                 }
             }
         }
+        fence(&shared, fence_after);
+    }
+}
+
+/// Drops the attempts of every held job not renewed within `fence_after`.
+fn fence(shared: &Shared, fence_after: Duration) {
+    let n = shared.hub.fence_overdue(Instant::now(), fence_after);
+    if n > 0 {
+        tracing::error!(
+            dropped = n,
+            "leases not renewed for {}: dropping those attempts so no other process runs them at the same time",
+            crate::policy::human(fence_after)
+        );
     }
 }
 
@@ -77,7 +123,7 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
 pub(crate) async fn rescuer(
     shared: Arc<Shared>,
     stop: CancellationToken,
-    finish: mpsc::UnboundedSender<Finish>,
+    finish: mpsc::UnboundedSender<Outcome>,
 ) {
     let kinds = shared.handled_kinds();
     if kinds.is_empty() {
@@ -90,7 +136,7 @@ pub(crate) async fn rescuer(
             Ok(jobs) => {
                 // A job running here is alive whatever its lease says (a manual clock may have
                 // jumped past it); one of ours that is not (dropped by a fence) is rescued too.
-                for job in jobs.into_iter().filter(|j| !shared.hub.is_running(j.id)) {
+                for job in jobs.into_iter().filter(|j| !shared.hub.is_held(j.id)) {
                     let Some(kind) = shared.kinds.get(&job.kind) else {
                         continue;
                     };
@@ -105,7 +151,7 @@ pub(crate) async fn rescuer(
                     let release = job.lease_key.clone();
                     let mut f = finish_of(&shared, &job, t, release);
                     f.expired_before = Some(now); // unless a heartbeat renewed it meanwhile
-                    let _ = finish.send(f);
+                    let _ = finish.send(Outcome::unheld(f));
                 }
             }
             Err(e) => shared

@@ -5,6 +5,7 @@
 //! [`crate::outcome::decide`] and the kind's [`Policy`](crate::Policy).
 
 mod client;
+mod hub;
 mod kind;
 mod maintenance;
 mod periodic;
@@ -12,24 +13,26 @@ mod worker;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use client::{Client, Error};
+pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
 pub use periodic::{Periodic, Schedule};
 
 use crate::clock::{Clock, SystemClock};
-use crate::job::{JobArgs, JobId};
+use crate::job::JobArgs;
 use crate::outcome::JobResult;
 use crate::policy::PolicyOverride;
-use crate::store::{Finish, Retention, Store};
+use crate::policy;
+use crate::store::{Retention, Store};
 
 /// Concurrency of a queue nobody configured.
 pub const DEFAULT_CONCURRENCY: usize = 10;
@@ -114,96 +117,6 @@ impl Trouble {
         if self.0.swap(false, std::sync::atomic::Ordering::Relaxed) {
             tracing::info!("the database answers again");
         }
-    }
-}
-
-/// In-process signals shared by the client and the workers.
-#[derive(Debug)]
-pub(crate) struct Hub {
-    queues: Mutex<HashMap<String, Arc<Notify>>>,
-    running: Mutex<HashMap<JobId, CancellationToken>>,
-    /// Bumped when this process lost contact with the database for longer than a lease: every
-    /// running attempt is dropped without an outcome, since another process may rescue it.
-    fence: tokio::sync::watch::Sender<u64>,
-}
-
-impl Default for Hub {
-    fn default() -> Self {
-        Hub {
-            queues: Mutex::default(),
-            running: Mutex::default(),
-            fence: tokio::sync::watch::Sender::new(0),
-        }
-    }
-}
-
-impl Hub {
-    pub(crate) fn queue(&self, name: &str) -> Arc<Notify> {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        q.entry(name.to_string()).or_default().clone()
-    }
-
-    /// Tells the workers of `queue` that a job may be due.
-    pub(crate) fn wake(&self, queue: &str) {
-        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = q.get(queue) {
-            n.notify_one();
-        }
-    }
-
-    pub(crate) fn wake_all(&self) {
-        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        for n in q.values() {
-            n.notify_one();
-        }
-    }
-
-    pub(crate) fn cancel_running(&self, id: JobId) -> bool {
-        let r = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        match r.get(&id) {
-            Some(t) => {
-                t.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn running_ids(&self) -> usize {
-        self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Marks a claimed job as running in this process; returns its cancellation token.
-    pub(crate) fn register(&self, id: JobId) -> CancellationToken {
-        let t = CancellationToken::new();
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, t.clone());
-        t
-    }
-
-    pub(crate) fn unregister(&self, id: JobId) {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-    }
-
-    pub(crate) fn is_running(&self, id: JobId) -> bool {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&id)
-    }
-
-    pub(crate) fn fence_subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.fence.subscribe()
-    }
-
-    /// Drops every running attempt without an outcome (see `fence`).
-    pub(crate) fn fence_all(&self) {
-        self.fence.send_modify(|n| *n += 1);
     }
 }
 
@@ -443,8 +356,13 @@ impl Onus {
         let stop = CancellationToken::new();
         let hard = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let (finish_tx, finish_rx) = mpsc::unbounded_channel::<Finish>();
-        let finisher = tokio::spawn(worker::finisher(shared.clone(), finish_rx));
+        let (finish_tx, finish_rx) = mpsc::unbounded_channel::<worker::Outcome>();
+        let abandon = CancellationToken::new();
+        let finisher = tokio::spawn(worker::finisher(
+            shared.clone(),
+            finish_rx,
+            abandon.clone(),
+        ));
         let mut tasks = Vec::new();
         if !shared.handled_kinds().is_empty() {
             for (q, conc) in &shared.queues {
@@ -485,6 +403,7 @@ impl Onus {
             tracker,
             tasks,
             finisher,
+            abandon,
             heartbeat,
             heartbeat_stop,
         }
@@ -500,35 +419,63 @@ pub struct Running {
     tracker: TaskTracker,
     tasks: Vec<JoinHandle<()>>,
     finisher: JoinHandle<()>,
+    abandon: CancellationToken,
     heartbeat: JoinHandle<()>,
     heartbeat_stop: CancellationToken,
 }
 
+/// How long shutdown waits, after the grace period, for outcomes to be written.
+const WRITE_BACK: Duration = Duration::from_secs(5);
+/// How long shutdown waits for each remaining step (aborted handlers, leadership) when the
+/// database hangs.
+const STEP: Duration = Duration::from_secs(1);
+
 impl Running {
     /// Stops claiming, lets running jobs finish for up to `grace`, then hands every unfinished job
     /// back (due now, its attempt given back), records every outcome, and gives up leadership.
+    ///
+    /// Bounded even when the database hangs: it returns within `grace` plus about 7 s (5 s to
+    /// write outcomes, a second each for the last steps). An outcome not written by then is left
+    /// to the rescuer, which finds the job by its expired lease.
     pub async fn shutdown(self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
         self.stop.cancel();
-        for t in self.tasks {
-            let _ = t.await;
+        for mut t in self.tasks {
+            // A loop stuck in a store call that hangs is stopped at the deadline.
+            if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+                t.abort();
+            }
         }
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
+        if tokio::time::timeout_at(deadline, self.tracker.wait())
             .await
             .is_err()
         {
             tracing::info!(
-                running = self.shared.hub.running_ids(),
+                running = self.shared.hub.held_count(),
                 "grace period over; handing unfinished jobs back"
             );
             self.hard.cancel();
-            self.tracker.wait().await;
+            let _ = tokio::time::timeout(STEP, self.tracker.wait()).await;
         }
-        let _ = self.finisher.await;
+        let mut finisher = self.finisher;
+        if tokio::time::timeout(WRITE_BACK, &mut finisher)
+            .await
+            .is_err()
+        {
+            tracing::error!("outcomes not written within {}; leaving them to the rescuer", policy::human(WRITE_BACK));
+            self.abandon.cancel();
+            if tokio::time::timeout(STEP, &mut finisher).await.is_err() {
+                finisher.abort();
+            }
+        }
         self.heartbeat_stop.cancel();
-        let _ = self.heartbeat.await;
+        let mut heartbeat = self.heartbeat;
+        if tokio::time::timeout(STEP, &mut heartbeat).await.is_err() {
+            heartbeat.abort();
+        }
         for name in [maintenance::LEADER, maintenance::PERIODIC_LEADER] {
-            let _ = self.shared.store.resign(name, &self.shared.owner).await;
+            let _ = tokio::time::timeout(STEP, self.shared.store.resign(name, &self.shared.owner)).await;
         }
     }
 

@@ -1,19 +1,21 @@
 //! Workers: claim due jobs in batches, run each handler with its kind's timeout, turn the answer
 //! into a transition, and record outcomes in batches.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::hub::Hold;
 use super::kind::JobContext;
 use super::Shared;
 use crate::clock::add;
 use crate::job::Job;
 use crate::outcome::{decide, AttemptEnd, Transition};
-use crate::store::{ClaimRequest, Finish, LeaseDecision};
+use crate::store::{ClaimRequest, Finish, LeaseDecision, StoreError};
 
 /// One queue's producer: claims due jobs in batches and spawns their attempts.
 ///
@@ -27,7 +29,7 @@ pub(crate) async fn run_queue(
     stop: CancellationToken,
     hard: CancellationToken,
     tracker: TaskTracker,
-    finish: mpsc::UnboundedSender<Finish>,
+    finish: mpsc::UnboundedSender<Outcome>,
 ) {
     let slots = Arc::new(Semaphore::new(concurrency * 2)); // claimed: running or ready
     let (ready, ready_rx) = mpsc::unbounded_channel::<Ready>();
@@ -58,6 +60,7 @@ pub(crate) async fn run_queue(
             }
         }
         let now = shared.clock.now();
+        let started = Instant::now(); // the claimed leases run from here
         let req = ClaimRequest {
             queue: queue.clone(),
             kinds: kinds.clone(),
@@ -84,13 +87,21 @@ pub(crate) async fn run_queue(
             }
         };
         let got = claimed.len();
+        // A claim that answered after most of a lease: the leases may run out before a renewal
+        // reaches the database, so these jobs are left to the rescuer instead of run here.
+        let claimed = if started.elapsed() >= super::maintenance::fence_after(&shared) {
+            tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; leaving them to the rescuer");
+            Vec::new()
+        } else {
+            claimed
+        };
         for job in claimed {
             let permit = permits.pop();
-            // Known as running here before anything can await: the rescuer never takes it.
-            let cancel = shared.hub.register(job.id);
+            // Held here before anything can await: the rescuer never takes it.
+            let hold = shared.hub.register(job.id, job.attempt, started);
             let _ = ready.send(Ready {
                 job,
-                cancel,
+                hold,
                 claimed: permit,
             });
         }
@@ -113,8 +124,38 @@ pub(crate) async fn run_queue(
 /// A claimed job waiting for a run slot.
 struct Ready {
     job: Job,
-    cancel: CancellationToken,
+    hold: Hold,
     claimed: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// An outcome to write, and the hold to release once it is written.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) finish: Finish,
+    pub(crate) hold: Option<u64>,
+}
+
+impl Outcome {
+    /// An outcome for a job this process does not hold (a rescue).
+    pub(crate) fn unheld(finish: Finish) -> Self {
+        Outcome { finish, hold: None }
+    }
+}
+
+/// Releases a held job when its attempt's task ends without queuing an outcome (no outcome to
+/// write, or a panic in the runtime itself), so its lease runs out instead of being renewed.
+struct Unhold<'a> {
+    shared: &'a Shared,
+    id: crate::job::JobId,
+    serial: u64,
+}
+
+impl Drop for Unhold<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .hub
+            .release_unless_finishing(self.id, self.serial);
+    }
 }
 
 /// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
@@ -126,36 +167,56 @@ async fn dispatch(
     stop: CancellationToken,
     hard: CancellationToken,
     tracker: TaskTracker,
-    finish: mpsc::UnboundedSender<Finish>,
+    finish: mpsc::UnboundedSender<Outcome>,
 ) {
     while let Some(Ready {
         job,
-        cancel,
+        hold,
         claimed,
     }) = ready.recv().await
     {
         let run = tokio::select! {
             biased;
             _ = stop.cancelled() => None,
+            _ = hold.lost.cancelled() => None,
             p = run_slots.clone().acquire_owned() => p.ok(),
         };
         let id = job.id;
         match run {
-            Some(run) if !cancel.is_cancelled() => {
+            _ if hold.lost.is_cancelled() => {} // the fence dropped it before it started
+            Some(run) if !hold.cancel.is_cancelled() => {
                 let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
                 tracker.spawn(async move {
-                    execute(&shared, job, cancel, hard, finish).await;
-                    shared.hub.unregister(id);
+                    let _unhold = Unhold {
+                        shared: &shared,
+                        id,
+                        serial: hold.serial,
+                    };
+                    execute(&shared, job, &hold, hard, &finish).await;
                     drop(run);
                     drop(claimed);
                 });
             }
             _ => {
                 // The store turns this into a cancel when one was asked for.
-                let _ = finish.send(finish_of(&shared, &job, Transition::Return, None));
-                shared.hub.unregister(id);
+                send(&shared, &finish, finish_of(&shared, &job, Transition::Return, None), &hold);
             }
         }
+    }
+}
+
+/// Queues the outcome of a held job; the finisher releases the hold once it is written.
+fn send(shared: &Shared, finish: &mpsc::UnboundedSender<Outcome>, f: Finish, hold: &Hold) {
+    let id = f.id;
+    shared.hub.finishing(id, hold.serial);
+    if finish
+        .send(Outcome {
+            finish: f,
+            hold: Some(hold.serial),
+        })
+        .is_err()
+    {
+        shared.hub.release(id, hold.serial);
     }
 }
 
@@ -175,11 +236,11 @@ pub(crate) async fn jumped(rx: &mut Option<tokio::sync::watch::Receiver<crate::T
 async fn execute(
     shared: &Arc<Shared>,
     job: Job,
-    cancel: CancellationToken,
+    hold: &Hold,
     hard: CancellationToken,
-    finish: mpsc::UnboundedSender<Finish>,
+    finish: &mpsc::UnboundedSender<Outcome>,
 ) {
-    let mut fence = shared.hub.fence_subscribe();
+    let cancel = hold.cancel.clone();
     let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
         return; // claims only ask for known kinds
     };
@@ -204,7 +265,7 @@ async fn execute(
             }
             Err(e) => {
                 tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                let _ = finish.send(finish_of(shared, &job, Transition::Return, None));
+                send(shared, finish, finish_of(shared, &job, Transition::Return, None), hold);
                 return;
             }
         }
@@ -243,7 +304,7 @@ async fn execute(
             handle.abort();
             None
         }
-        _ = fence.changed() => {
+        _ = hold.lost.cancelled() => {
             handle.abort();
             tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
             return; // no outcome: the job's lease is void and a rescuer decides
@@ -266,20 +327,14 @@ async fn execute(
         }
         None => Transition::Return,
     };
-    let _ = finish.send(finish_of(shared, &job, transition, release_lease));
+    send(shared, finish, finish_of(shared, &job, transition, release_lease), hold);
 }
 
 fn joined(r: Result<crate::JobResult, tokio::task::JoinError>) -> AttemptEnd {
     match r {
         Ok(res) => AttemptEnd::Returned(res),
         Err(e) if e.is_panic() => {
-            let p = e.into_panic();
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
-            AttemptEnd::Panicked(msg)
+            AttemptEnd::Panicked(crate::outcome::panic_message(e.into_panic().as_ref()))
         }
         Err(_) => AttemptEnd::Cancelled,
     }
@@ -316,44 +371,107 @@ pub(crate) fn finish_of(
     }
 }
 
-/// Records outcomes in batches. A failed write is tried again (the job layer owns its own
-/// persistence); if the process dies first, the rescuer finds the jobs by their expired leases.
-pub(crate) async fn finisher(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finish>) {
-    let mut batch = Vec::with_capacity(512);
+/// How many times one outcome that the database refuses on its own is written again before it
+/// is given up (its lease then runs out and the rescuer counts the attempt as lost).
+const MAX_STRIKES: u32 = 3;
+
+/// Records outcomes in batches. A write the database cannot take now is tried again (the job
+/// layer owns its own persistence); a batch the database refuses is written item by item, so one
+/// bad outcome never holds up the others, and an outcome refused on its own is given up after a
+/// few tries rather than retried forever. If the process dies first, the rescuer finds the jobs by
+/// their expired leases. Once `abandon` fires (shutdown ran out of time) nothing more is tried.
+pub(crate) async fn finisher(
+    shared: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Outcome>,
+    abandon: CancellationToken,
+) {
+    let mut batch: Vec<Outcome> = Vec::with_capacity(512);
+    let mut strikes: HashMap<(crate::job::JobId, u32), u32> = HashMap::new();
     while rx.recv_many(&mut batch, 512).await > 0 {
+        let mut pending = std::mem::take(&mut batch);
         let mut tries = 0u32;
-        loop {
-            match shared.store.finish(batch.clone()).await {
+        while !pending.is_empty() {
+            let finishes: Vec<Finish> = pending.iter().map(|o| o.finish.clone()).collect();
+            let err = match shared.store.finish(finishes).await {
                 Ok(applied) => {
-                    let mut woken = false;
-                    for (f, ok) in batch.iter().zip(applied) {
-                        if !ok {
-                            tracing::warn!(
-                                job = f.id,
-                                "outcome not recorded: the job's lease was lost to another process"
-                            );
-                        }
-                        woken |=
-                            f.release_lease.is_some() || matches!(f.transition, Transition::Return);
-                    }
-                    if woken {
-                        shared.hub.wake_all();
-                    }
+                    recorded(&shared, &pending, &applied);
                     break;
                 }
-                Err(e) => {
-                    tries += 1;
-                    if tries == 1 {
-                        tracing::error!(error = %e, jobs = batch.len(), "cannot record job outcomes; trying again");
+                Err(e) => e,
+            };
+            if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
+                give_up(&shared, &pending, &err);
+                break;
+            }
+            tries += 1;
+            if err.is_transient() {
+                if tries == 1 {
+                    tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
+                }
+            } else {
+                // Refused by the database: one by one, so the others are written.
+                let mut kept = Vec::new();
+                for o in pending {
+                    match shared.store.finish(vec![o.finish.clone()]).await {
+                        Ok(applied) => recorded(&shared, std::slice::from_ref(&o), &applied),
+                        Err(e) if e.is_transient() && !abandon.is_cancelled() => kept.push(o),
+                        Err(e) => {
+                            let key = (o.finish.id, o.finish.attempt);
+                            let n = strikes.entry(key).or_insert(0);
+                            *n += 1;
+                            if *n >= MAX_STRIKES || abandon.is_cancelled() {
+                                strikes.remove(&key);
+                                give_up(&shared, std::slice::from_ref(&o), &e);
+                            } else {
+                                tracing::warn!(job = o.finish.id, error = %e, "the database refused a job's outcome; trying again");
+                                kept.push(o);
+                            }
+                        }
                     }
-                    if rx.is_closed() && tries > 30 {
-                        tracing::error!(jobs = batch.len(), "giving up on recording outcomes at shutdown; the rescuer will find these jobs");
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                pending = kept;
+                if pending.is_empty() {
+                    break;
                 }
             }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = abandon.cancelled() => {}
+            }
         }
-        batch.clear();
+    }
+}
+
+/// After a write: logs lost leases, releases holds, wakes workers where a slot or a job freed.
+fn recorded(shared: &Shared, outcomes: &[Outcome], applied: &[bool]) {
+    let mut woken = false;
+    for (o, ok) in outcomes.iter().zip(applied) {
+        let f = &o.finish;
+        if !ok {
+            tracing::warn!(
+                job = f.id,
+                "outcome not recorded: the job's lease was lost to another process"
+            );
+        }
+        if let Some(serial) = o.hold {
+            shared.hub.release(f.id, serial);
+        }
+        woken |= f.release_lease.is_some() || matches!(f.transition, Transition::Return);
+    }
+    if woken {
+        shared.hub.wake_all();
+    }
+}
+
+fn give_up(shared: &Shared, outcomes: &[Outcome], e: &StoreError) {
+    for o in outcomes {
+        tracing::error!(
+            job = o.finish.id,
+            error = %e,
+            "giving up on recording a job's outcome; its lease will run out and the rescuer will count the attempt as lost"
+        );
+        if let Some(serial) = o.hold {
+            shared.hub.release(o.finish.id, serial);
+        }
     }
 }

@@ -28,9 +28,13 @@ pub enum StoreError {
     /// The database URL is not one Onus understands.
     #[error("{0}")]
     BadUrl(String),
-    /// A query failed.
+    /// A query failed: the database refused it.
     #[error("database error: {0}")]
     Query(String),
+    /// The database cannot be reached or cannot take the write now (connection lost, timed out,
+    /// locked by another process, shutting down): the same call may work later.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     /// The store's background writer is gone (the process is shutting down).
     #[error("the store is closed")]
     Closed,
@@ -40,6 +44,13 @@ pub enum StoreError {
     /// The action does not apply to the job in its current state.
     #[error("{0}")]
     Conflict(String),
+}
+
+impl StoreError {
+    /// True when the same call may work later without any change (see [`StoreError::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
 }
 
 /// Result alias for stores.
@@ -126,6 +137,48 @@ pub struct Finish {
     pub periodic: Option<String>,
     /// For a rescue: apply only if the lease (as renewed by heartbeats) expired before this time.
     pub expired_before: Option<Timestamp>,
+}
+
+/// A job this process holds (claimed, running or with its outcome not yet written), to renew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldJob {
+    /// The job.
+    pub id: JobId,
+    /// The attempt this process runs.
+    pub attempt: u32,
+}
+
+/// What one lease renewal found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Renewal {
+    /// Held jobs whose leases were extended.
+    pub renewed: Vec<JobId>,
+    /// Held jobs this process no longer leases (rescued, and maybe claimed elsewhere): their
+    /// attempts must stop at once.
+    pub lost: Vec<JobId>,
+    /// Renewed jobs asked to cancel.
+    pub cancel: Vec<JobId>,
+}
+
+impl Renewal {
+    /// Sorts renewal rows `(id, attempt, cancel_requested)` against what was `held`.
+    pub(crate) fn of(held: &[HeldJob], rows: &[(JobId, u32, bool)]) -> Renewal {
+        let found: std::collections::HashMap<JobId, (u32, bool)> =
+            rows.iter().map(|(id, a, c)| (*id, (*a, *c))).collect();
+        let mut r = Renewal::default();
+        for h in held {
+            match found.get(&h.id) {
+                Some((a, cancel)) if *a == h.attempt => {
+                    r.renewed.push(h.id);
+                    if *cancel {
+                        r.cancel.push(h.id);
+                    }
+                }
+                _ => r.lost.push(h.id),
+            }
+        }
+        r
+    }
 }
 
 /// Which jobs an action or a listing applies to. Empty lists match everything.
@@ -287,8 +340,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Records finished attempts; for each, whether the guarded write applied.
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>>;
 
-    /// Extends the leases of `owner`'s running jobs to `lease_until`; returns those asked to cancel.
-    async fn heartbeat(&self, owner: &str, lease_until: Timestamp) -> StoreResult<Vec<JobId>>;
+    /// Extends to `lease_until` the leases of the jobs `owner` holds (and their lease-key slots):
+    /// only those listed, so a row the process lost track of is never renewed and its lease runs
+    /// out. Says which of them were renewed, which are no longer `owner`'s, and which were asked
+    /// to cancel.
+    async fn heartbeat(
+        &self,
+        owner: &str,
+        held: &[HeldJob],
+        lease_until: Timestamp,
+    ) -> StoreResult<Renewal>;
 
     /// One job.
     async fn get(&self, id: JobId) -> StoreResult<Option<Job>>;
@@ -395,9 +456,41 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// A job asked to cancel ends cancelled instead of waiting to run again (both stores apply this
-/// when recording an attempt).
-pub(crate) fn cancel_if_requested(
+/// The transition a store writes for an attempt (both stores apply this when recording one): a job
+/// asked to cancel ends cancelled instead of waiting to run again, and every message is as stored
+/// ([`crate::job::clean_message`]), so no message can make the write fail.
+pub(crate) fn transition_to_write(
+    t: &Transition,
+    requested: bool,
+    now: Timestamp,
+    attempt: u32,
+) -> Transition {
+    match cancel_if_requested(t, requested, now, attempt) {
+        Transition::Retry { run_at, entry } => Transition::Retry {
+            run_at,
+            entry: entry.cleaned(),
+        },
+        Transition::Snooze { run_at, entry } => Transition::Snooze {
+            run_at,
+            entry: entry.cleaned(),
+        },
+        Transition::Discard {
+            reason,
+            entry,
+            alert,
+        } => Transition::Discard {
+            reason,
+            entry: entry.cleaned(),
+            alert,
+        },
+        Transition::Cancel { entry } => Transition::Cancel {
+            entry: entry.cleaned(),
+        },
+        t => t,
+    }
+}
+
+fn cancel_if_requested(
     t: &Transition,
     requested: bool,
     now: Timestamp,

@@ -19,15 +19,18 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, GenericClient, NoTls, Row};
+use tokio_postgres::{AsyncMessage, GenericClient, Row};
 
 use super::*;
 use crate::clock::Timestamp;
 use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId, JobState};
 use crate::outcome::Transition;
 
+pub use connect::redact;
 pub use deadpool_postgres;
 pub use tokio_postgres;
+
+mod connect;
 
 const MIGRATIONS: &[&str] = &[include_str!("001_jobs.sql")];
 const CLAIM_SQL: &str = include_str!("claim.sql");
@@ -42,8 +45,7 @@ const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_att
 #[derive(Debug)]
 pub struct PostgresStore {
     pool: Pool,
-    config: tokio_postgres::Config,
-    shown_url: String,
+    target: connect::Target,
 }
 
 /// A PostgreSQL error with the server's message, detail and hint.
@@ -71,27 +73,36 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// Whether a PostgreSQL error may clear up by itself: the connection is gone or timed out, the
+/// server is starting, stopping or out of resources, or a transaction lost a race.
+fn transient(e: &tokio_postgres::Error) -> bool {
+    if let Some(code) = e.code() {
+        let c = code.code();
+        return c.starts_with("08") // connection exception
+            || c.starts_with("53") // insufficient resources
+            || c.starts_with("57P") // shutting down, cannot connect now
+            || c == "57014" // cancelled: statement timeout
+            || c == "40001" // serialization failure
+            || c == "40P01"; // deadlock detected
+    }
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    e.is_closed() || io || e.to_string().contains("timeout")
+}
+
 fn q(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Query(describe(&e))
+    if transient(&e) {
+        StoreError::Unavailable(describe(&e))
+    } else {
+        StoreError::Query(describe(&e))
+    }
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => {
-            StoreError::Query(format!("cannot reach PostgreSQL: {}", describe(&e)))
+            StoreError::Unavailable(format!("cannot reach PostgreSQL: {}", describe(&e)))
         }
-        e => StoreError::Query(format!("cannot reach PostgreSQL: {e}")),
-    }
-}
-
-/// The URL with its password hidden.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-            None => url.to_string(),
-        },
-        _ => url.to_string(),
+        e => StoreError::Unavailable(format!("cannot reach PostgreSQL: {e}")),
     }
 }
 
@@ -140,22 +151,21 @@ impl PostgresStore {
     /// Connects to `url` (`postgres://user:password@host:port/database`), checks the connection,
     /// and applies the schema. The error names what is wrong (address, credentials, database).
     pub async fn open(url: &str) -> StoreResult<Self> {
-        let shown_url = redact(url);
-        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
-            StoreError::BadUrl(format!(
-                "{shown_url} is not a PostgreSQL URL ({}); write it like postgres://user:password@host:5432/database",
-                describe(&e)
-            ))
-        })?;
+        let target = connect::parse(url)?;
+        let shown_url = target.shown.clone();
         let mgr = Manager::from_config(
-            config.clone(),
-            NoTls,
+            target.config.clone(),
+            target.tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
         let pool = Pool::builder(mgr)
             .max_size(32)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(connect::POOL_WAIT_TIMEOUT))
+            .create_timeout(Some(connect::CONNECT_TIMEOUT))
+            .recycle_timeout(Some(connect::CONNECT_TIMEOUT))
             .build()
             .map_err(|e| StoreError::Open(format!("cannot set up a connection pool: {e}")))?;
         let client = pool.get().await.map_err(|e| {
@@ -164,18 +174,14 @@ impl PostgresStore {
                 e => e.to_string(),
             };
             StoreError::Open(format!(
-                "cannot connect to PostgreSQL at {shown_url}: {why}; check the host, port, user, password and database in ONUS_DATABASE_URL"
+                "cannot connect to PostgreSQL at {shown_url}: {why}; check the host, port, user, password, database and sslmode in ONUS_DATABASE_URL"
             ))
         })?;
         migrate(&client).await.map_err(|e| {
             StoreError::Open(format!("cannot apply the schema at {shown_url}: {e}"))
         })?;
         drop(client);
-        Ok(PostgresStore {
-            pool,
-            config,
-            shown_url,
-        })
+        Ok(PostgresStore { pool, target })
     }
 
     /// The connection pool, for components that keep tables of their own in this database.
@@ -185,7 +191,7 @@ impl PostgresStore {
 
     /// The database URL with its password hidden.
     pub fn url(&self) -> &str {
-        &self.shown_url
+        &self.target.shown
     }
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
@@ -194,6 +200,12 @@ impl PostgresStore {
 }
 
 async fn migrate(client: &deadpool_postgres::Object) -> StoreResult<()> {
+    // A migration may wait for another process's, and may build indexes on a large table: no
+    // statement timeout for this session until it is done.
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .map_err(q)?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await
@@ -231,6 +243,7 @@ async fn migrate(client: &deadpool_postgres::Object) -> StoreResult<()> {
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
+    let _ = client.batch_execute("RESET statement_timeout").await;
     r
 }
 
@@ -410,7 +423,7 @@ async fn finish_one(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
             return Ok(false); // renewed since the rescuer looked: the job is alive
         }
     }
-    let t = cancel_if_requested(&f.transition, cancel_requested, f.now, f.attempt);
+    let t = transition_to_write(&f.transition, cancel_requested, f.now, f.attempt);
     const CLEAR: &str = "lease_owner = NULL, lease_expires_at = NULL";
     match &t {
         Transition::Complete => {
@@ -704,22 +717,35 @@ impl Store for PostgresStore {
         Ok(applied)
     }
 
-    async fn heartbeat(&self, owner: &str, lease_until: Timestamp) -> StoreResult<Vec<JobId>> {
+    async fn heartbeat(
+        &self,
+        owner: &str,
+        held: &[HeldJob],
+        lease_until: Timestamp,
+    ) -> StoreResult<Renewal> {
+        let ids: Vec<JobId> = held.iter().map(|h| h.id).collect();
         let c = self.client().await?;
+        // Only the jobs this process holds: a row it lost track of keeps its old lease, which
+        // runs out, and the rescuer takes it.
         let rows = c
             .query(
                 "WITH renewed AS (
-                    UPDATE onus_jobs SET lease_expires_at = $2 WHERE state = 'running' AND lease_owner = $1
-                    RETURNING id, cancel_requested
+                    UPDATE onus_jobs SET lease_expires_at = $2
+                    WHERE state = 'running' AND lease_owner = $1 AND id = ANY($3)
+                    RETURNING id, attempt, cancel_requested
                  ), slots AS (
                     UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
                  )
-                 SELECT id FROM renewed WHERE cancel_requested",
-                &[&owner, &lease_until],
+                 SELECT id, attempt, cancel_requested FROM renewed",
+                &[&owner, &lease_until, &ids],
             )
             .await
             .map_err(q)?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        let rows: Vec<(JobId, u32, bool)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get::<_, i32>(1) as u32, r.get(2)))
+            .collect();
+        Ok(Renewal::of(held, &rows))
     }
 
     async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
@@ -1165,7 +1191,7 @@ impl Store for PostgresStore {
 
     async fn listen(&self) -> StoreResult<Option<mpsc::UnboundedReceiver<Notice>>> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(listen_loop(self.config.clone(), self.shown_url.clone(), tx));
+        tokio::spawn(listen_loop(self.target.clone(), tx));
         Ok(Some(rx))
     }
 }
@@ -1202,15 +1228,12 @@ async fn periodic_rows(
 
 /// Holds a LISTEN connection and forwards notices until the receiver is dropped; reconnects
 /// (and says so, since notices may have been missed) when the connection is lost.
-async fn listen_loop(
-    config: tokio_postgres::Config,
-    shown_url: String,
-    tx: mpsc::UnboundedSender<Notice>,
-) {
+async fn listen_loop(target: connect::Target, tx: mpsc::UnboundedSender<Notice>) {
+    let shown_url = target.shown.clone();
     let mut connected_before = false;
     let mut failing = false;
     loop {
-        match config.connect(NoTls).await {
+        match target.config.connect(target.tls.clone()).await {
             Ok((client, mut conn)) => {
                 let (ntx, mut nrx) = mpsc::unbounded_channel();
                 let driver = tokio::spawn(async move {

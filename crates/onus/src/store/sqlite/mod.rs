@@ -93,10 +93,37 @@ impl SqliteOptions {
     }
 }
 
-type Deliver = Box<dyn FnOnce(Option<&str>) + Send>;
+/// Answers a write's caller once its batch is decided: with the batch's failure if it failed.
+type Deliver = Box<dyn FnOnce(Option<&BatchError>) + Send>;
 /// A queued write: run on the writer's connection inside the batch transaction, or (given `None`,
-/// when no transaction could be begun) fail without running.
-type Work = Box<dyn FnOnce(Option<&Connection>) -> Deliver + Send>;
+/// when no transaction could be begun) fail without running. Also returns its own error's text,
+/// if it failed.
+type Work = Box<dyn FnOnce(Option<&Connection>) -> (Deliver, Option<String>) + Send>;
+
+/// Why a whole batch failed: the transaction could not begin, was rolled back by SQLite, or could
+/// not commit.
+#[derive(Debug, Clone)]
+struct BatchError {
+    transient: bool,
+    message: String,
+}
+
+impl BatchError {
+    fn of(what: &str, e: &rusqlite::Error) -> Self {
+        BatchError {
+            transient: transient(e),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    fn to_error(&self) -> StoreError {
+        if self.transient {
+            StoreError::Unavailable(self.message.clone())
+        } else {
+            StoreError::Query(self.message.clone())
+        }
+    }
+}
 
 /// The SQLite store.
 #[derive(Debug)]
@@ -219,19 +246,21 @@ impl SqliteStore {
     {
         let (tx, rx) = oneshot::channel();
         let work: Work = Box::new(move |conn: Option<&Connection>| {
-            let r = match conn {
-                Some(conn) => in_savepoint(conn, f),
-                None => Err(StoreError::Query(
-                    "no write transaction could be begun".into(),
-                )),
+            let r = conn.map(|conn| in_savepoint(conn, f));
+            let own = match &r {
+                Some(Err(e)) => Some(e.to_string()),
+                _ => None,
             };
-            Box::new(move |commit_err: Option<&str>| {
-                let r = match commit_err {
-                    None => r,
-                    Some(e) => Err(StoreError::Query(format!("commit failed: {e}"))),
+            let deliver: Deliver = Box::new(move |batch: Option<&BatchError>| {
+                let r = match (r, batch) {
+                    (Some(Err(e)), _) => Err(e), // its own error says the most
+                    (Some(Ok(v)), None) => Ok(v),
+                    (_, Some(b)) => Err(b.to_error()),
+                    (None, None) => Err(StoreError::Query("the write was not run".into())),
                 };
                 let _ = tx.send(r);
-            })
+            });
+            (deliver, own)
         });
         {
             let guard = self.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -276,47 +305,105 @@ impl Drop for SqliteStore {
     }
 }
 
+/// Runs `f` in its own savepoint, so its failure undoes only its own writes. A panic in `f` is
+/// contained to this write (an error for its caller), never the writer thread.
 fn in_savepoint<R>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> StoreResult<R>,
 ) -> StoreResult<R> {
     conn.execute_batch("SAVEPOINT onus_op").map_err(q)?;
-    let r = f(conn);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(
+        |p| {
+            Err(StoreError::Query(format!(
+                "a write panicked: {}",
+                crate::outcome::panic_message(p.as_ref())
+            )))
+        },
+    );
+    if conn.is_autocommit() {
+        // SQLite rolled the whole transaction back (it does on SQLITE_FULL, IOERR, NOMEM): no
+        // savepoint is left to release; the writer fails the batch with this error.
+        return r.and(Err(StoreError::Query(
+            "the write transaction was rolled back by SQLite".into(),
+        )));
+    }
     if r.is_err() {
         let _ = conn.execute_batch("ROLLBACK TO onus_op");
+        let _ = conn.execute_batch("RELEASE onus_op");
+        return r;
     }
     conn.execute_batch("RELEASE onus_op").map_err(q)?;
     r
 }
 
+/// One transaction per batch of queued writes (group commit).
 fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize) {
     let mut delivers: Vec<Deliver> = Vec::with_capacity(max_batch);
     while let Ok(first) = rx.recv() {
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            let msg = format!("cannot begin a write transaction: {e}");
-            first(None)(Some(&msg));
+            // Everything queued now would wait out the same lock one busy timeout after another:
+            // fail it all at once with the same error.
+            let err = BatchError::of("cannot begin a write transaction", &e);
+            first(None).0(Some(&err));
+            while let Ok(w) = rx.try_recv() {
+                w(None).0(Some(&err));
+            }
             continue;
         }
-        delivers.push(first(Some(&conn)));
-        while delivers.len() < max_batch {
+        let run = |w: Work, delivers: &mut Vec<Deliver>| {
+            let (d, own) = w(Some(&conn));
+            delivers.push(d);
+            if conn.is_autocommit() {
+                // The transaction is gone: what ran before it was undone, and anything run now
+                // would commit alone. Fail the batch with the error that ended it.
+                let why = own.unwrap_or_else(|| "a write ended the transaction".into());
+                Some(BatchError {
+                    transient: false,
+                    message: format!("the write transaction was rolled back by SQLite ({why}); nothing in this batch was written"),
+                })
+            } else {
+                None
+            }
+        };
+        let mut lost = run(first, &mut delivers);
+        while lost.is_none() && delivers.len() < max_batch {
             match rx.try_recv() {
-                Ok(w) => delivers.push(w(Some(&conn))),
+                Ok(w) => lost = run(w, &mut delivers),
                 Err(_) => break,
             }
         }
-        let commit = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
-        if commit.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        let err = commit.err();
+        let err = match lost {
+            Some(e) => Some(e),
+            None => match conn.execute_batch("COMMIT") {
+                Ok(()) => None,
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Some(BatchError::of("commit failed", &e))
+                }
+            },
+        };
         for d in delivers.drain(..) {
-            d(err.as_deref());
+            d(err.as_ref());
         }
     }
 }
 
+/// Errors that may clear up by themselves: another process holds the lock, the disk is full or
+/// failing for now.
+fn transient(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::*;
+    matches!(
+        e.sqlite_error_code(),
+        Some(DatabaseBusy | DatabaseLocked | DiskFull | SystemIoFailure | OutOfMemory)
+    )
+}
+
 fn q(e: rusqlite::Error) -> StoreError {
-    StoreError::Query(e.to_string())
+    if transient(&e) {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Query(e.to_string())
+    }
 }
 
 fn us(t: Timestamp) -> i64 {
@@ -465,7 +552,7 @@ fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
             return Ok(false); // renewed since the rescuer looked: the job is alive
         }
     }
-    let transition = cancel_if_requested(&f.transition, cancel_requested, f.now, f.attempt);
+    let transition = transition_to_write(&f.transition, cancel_requested, f.now, f.attempt);
     let n = match &transition {
         Transition::Complete => conn
             .prepare_cached(&format!(
@@ -661,31 +748,40 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn heartbeat(&self, owner: &str, lease_until: Timestamp) -> StoreResult<Vec<JobId>> {
+    async fn heartbeat(
+        &self,
+        owner: &str,
+        held: &[HeldJob],
+        lease_until: Timestamp,
+    ) -> StoreResult<Renewal> {
         let owner = owner.to_string();
+        let held = held.to_vec();
+        let ids = serde_json::to_string(&held.iter().map(|h| h.id).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Query(e.to_string()))?;
         self.write(move |conn| {
-            conn.prepare_cached("UPDATE onus_jobs SET lease_expires_at = ?2 WHERE state = 'running' AND lease_owner = ?1")
-                .map_err(q)?
-                .execute(params![owner, us(lease_until)])
-                .map_err(q)?;
-            // The lease-key slots these jobs hold last as long as the jobs' own leases.
-            conn.prepare_cached(
-                "UPDATE onus_leases SET busy_until = ?2 WHERE busy_until < ?2 AND job_id IN
-                 (SELECT id FROM onus_jobs WHERE state = 'running' AND lease_owner = ?1)",
-            )
-            .map_err(q)?
-            .execute(params![owner, us(lease_until)])
-            .map_err(q)?;
-            let ids = conn
+            // Only the jobs this process holds: a row it lost track of keeps its old lease, which
+            // runs out, and the rescuer takes it.
+            let rows = conn
                 .prepare_cached(
-                    "SELECT id FROM onus_jobs WHERE state = 'running' AND lease_owner = ?1 AND cancel_requested = 1",
+                    "UPDATE onus_jobs SET lease_expires_at = ?2
+                     WHERE state = 'running' AND lease_owner = ?1 AND id IN (SELECT value FROM json_each(?3))
+                     RETURNING id, attempt, cancel_requested",
                 )
                 .map_err(q)?
-                .query_map([owner], |r| r.get(0))
+                .query_map(params![owner, us(lease_until), ids], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .map_err(q)?
-                .collect::<rusqlite::Result<Vec<JobId>>>()
+                .collect::<rusqlite::Result<Vec<(JobId, u32, bool)>>>()
                 .map_err(q)?;
-            Ok(ids)
+            let renewal = Renewal::of(&held, &rows);
+            // The lease-key slots these jobs hold last as long as the jobs' own leases.
+            let renewed = serde_json::to_string(&renewal.renewed).map_err(|e| StoreError::Query(e.to_string()))?;
+            conn.prepare_cached(
+                "UPDATE onus_leases SET busy_until = ?1 WHERE busy_until < ?1 AND job_id IN (SELECT value FROM json_each(?2))",
+            )
+            .map_err(q)?
+            .execute(params![us(lease_until), renewed])
+            .map_err(q)?;
+            Ok(renewal)
         })
         .await
     }

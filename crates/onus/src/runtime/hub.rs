@@ -1,0 +1,218 @@
+//! In-process signals shared by the client, the workers and the heartbeat: queue wake-ups, and
+//! the jobs this process holds.
+//!
+//! A job is *held* from the moment its claim returns until its outcome is written (or given up):
+//! while claimed and waiting to start, while its handler runs, and while its outcome waits in the
+//! finisher. The heartbeat renews exactly the held jobs, nothing else of this process's, so a row
+//! the process lost track of is never renewed and is rescued once its lease runs out.
+//!
+//! Each held job carries the start time of the last renewal that reached the database (or of its
+//! claim). A job not renewed for most of a lease is *lost* here: its attempt is stopped without an
+//! outcome, because another process may rescue it (the fence).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::job::JobId;
+use crate::store::HeldJob;
+
+/// One held job.
+#[derive(Debug)]
+struct Entry {
+    /// Tells this registration apart from a later one of the same job.
+    serial: u64,
+    attempt: u32,
+    /// Cancelled when someone asks to cancel the job.
+    cancel: CancellationToken,
+    /// Cancelled when this process no longer leases the job: the attempt stops at once.
+    lost: CancellationToken,
+    /// Start of the last renewal (or claim) that reached the database.
+    renewed: Instant,
+    /// The attempt ended and its outcome is queued for writing.
+    finishing: bool,
+}
+
+/// What a worker gets for a job it registered.
+#[derive(Debug, Clone)]
+pub(crate) struct Hold {
+    pub(crate) serial: u64,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) lost: CancellationToken,
+}
+
+/// A snapshot of one held job, for the heartbeat.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snapshot {
+    pub(crate) job: HeldJob,
+    pub(crate) serial: u64,
+    pub(crate) renewed: Instant,
+}
+
+/// In-process signals shared by the client and the workers.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    queues: Mutex<HashMap<String, Arc<Notify>>>,
+    held: Mutex<HashMap<JobId, Entry>>,
+    serial: AtomicU64,
+}
+
+impl Hub {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Entry>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn queue(&self, name: &str) -> Arc<Notify> {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        q.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Tells the workers of `queue` that a job may be due.
+    pub(crate) fn wake(&self, queue: &str) {
+        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = q.get(queue) {
+            n.notify_one();
+        }
+    }
+
+    pub(crate) fn wake_all(&self) {
+        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        for n in q.values() {
+            n.notify_one();
+        }
+    }
+
+    /// Signals cancellation to a held job; false when it is not held here.
+    pub(crate) fn cancel_running(&self, id: JobId) -> bool {
+        match self.held().get(&id) {
+            Some(e) => {
+                e.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many jobs this process holds.
+    pub(crate) fn held_count(&self) -> usize {
+        self.held().len()
+    }
+
+    /// Holds a claimed job whose claim started at `claimed` (its lease runs from then).
+    pub(crate) fn register(&self, id: JobId, attempt: u32, claimed: Instant) -> Hold {
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let hold = Hold {
+            serial,
+            cancel: CancellationToken::new(),
+            lost: CancellationToken::new(),
+        };
+        self.held().insert(
+            id,
+            Entry {
+                serial,
+                attempt,
+                cancel: hold.cancel.clone(),
+                lost: hold.lost.clone(),
+                renewed: claimed,
+                finishing: false,
+            },
+        );
+        hold
+    }
+
+    /// The attempt ended and its outcome is queued: keep renewing the lease until it is written.
+    pub(crate) fn finishing(&self, id: JobId, serial: u64) {
+        if let Some(e) = self.held().get_mut(&id).filter(|e| e.serial == serial) {
+            e.finishing = true;
+        }
+    }
+
+    /// Stops holding the job (its outcome is written, or there is none to write).
+    pub(crate) fn release(&self, id: JobId, serial: u64) {
+        let mut h = self.held();
+        if h.get(&id).is_some_and(|e| e.serial == serial) {
+            h.remove(&id);
+        }
+    }
+
+    /// Stops holding the job unless its outcome is queued (then the finisher releases it).
+    pub(crate) fn release_unless_finishing(&self, id: JobId, serial: u64) {
+        let mut h = self.held();
+        if h.get(&id).is_some_and(|e| e.serial == serial && !e.finishing) {
+            h.remove(&id);
+        }
+    }
+
+    /// True when the job is held here (the rescuer leaves it alone).
+    pub(crate) fn is_held(&self, id: JobId) -> bool {
+        self.held().contains_key(&id)
+    }
+
+    /// Every held job, for a renewal.
+    pub(crate) fn snapshot(&self) -> Vec<Snapshot> {
+        self.held()
+            .iter()
+            .map(|(id, e)| Snapshot {
+                job: HeldJob {
+                    id: *id,
+                    attempt: e.attempt,
+                },
+                serial: e.serial,
+                renewed: e.renewed,
+            })
+            .collect()
+    }
+
+    /// Records a renewal that started at `started` for these jobs (as snapshotted).
+    pub(crate) fn renewed(&self, jobs: &[(JobId, u64)], started: Instant) {
+        let mut h = self.held();
+        for (id, serial) in jobs {
+            if let Some(e) = h.get_mut(id).filter(|e| e.serial == *serial) {
+                e.renewed = e.renewed.max(started);
+            }
+        }
+    }
+
+    /// This process no longer leases the job: stops its attempt at once, without an outcome.
+    /// A job whose outcome is already queued is left to the finisher (its write is guarded).
+    pub(crate) fn lose(&self, id: JobId, serial: u64) -> bool {
+        let mut h = self.held();
+        match h.get(&id) {
+            Some(e) if e.serial == serial && !e.finishing => {
+                e.lost.cancel();
+                h.remove(&id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The fence: loses every job not renewed within `fence_after` of `now`; returns how many.
+    pub(crate) fn fence_overdue(&self, now: Instant, fence_after: Duration) -> usize {
+        let mut h = self.held();
+        let overdue: Vec<JobId> = h
+            .iter()
+            .filter(|(_, e)| !e.finishing && now.saturating_duration_since(e.renewed) >= fence_after)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &overdue {
+            if let Some(e) = h.remove(id) {
+                e.lost.cancel();
+            }
+        }
+        overdue.len()
+    }
+
+    /// When the earliest held job that can still be lost falls due for the fence.
+    pub(crate) fn next_fence(&self, fence_after: Duration) -> Option<Instant> {
+        self.held()
+            .values()
+            .filter(|e| !e.finishing)
+            .map(|e| e.renewed + fence_after)
+            .min()
+    }
+}

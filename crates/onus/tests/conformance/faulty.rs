@@ -1,0 +1,231 @@
+//! A store that misbehaves on purpose, wrapped around a real one: renewals that hang, claim
+//! replies lost after the commit, outcomes the database refuses, every call hanging. Faults are
+//! switched on and off while a test runs; everything else goes to the real store unchanged.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onus::store::*;
+use onus::{Job, JobFilter, JobId, Store, StoreError, Timestamp};
+
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Lease renewals never answer.
+    pub hang_heartbeats: AtomicBool,
+    /// This many claims commit and then fail, as if the reply was lost on the way.
+    pub lose_claim_replies: AtomicU32,
+    /// A finish batch holding any of these jobs is refused by "the database".
+    pub refuse_finish_of: Mutex<HashSet<JobId>>,
+    /// Every call hangs.
+    pub hang_all: AtomicBool,
+    /// The ids passed to each bulk retry and cancel (`None`: no id list, the whole filter).
+    pub bulk_calls: Mutex<Vec<Option<usize>>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Faulty {
+    pub inner: Arc<dyn Store>,
+    pub faults: Arc<Faults>,
+}
+
+impl Faulty {
+    pub fn wrap(inner: Arc<dyn Store>) -> (Arc<dyn Store>, Arc<Faults>) {
+        let faults = Arc::new(Faults::default());
+        let store = Arc::new(Faulty {
+            inner,
+            faults: faults.clone(),
+        });
+        (store, faults)
+    }
+
+    async fn gate(&self) {
+        if self.faults.hang_all.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn record_bulk(&self, f: &JobFilter) {
+        let n = (!f.ids.is_empty()).then_some(f.ids.len());
+        self.faults.bulk_calls.lock().unwrap().push(n);
+    }
+}
+
+#[async_trait]
+impl Store for Faulty {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.inner.as_any()
+    }
+    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
+        self.gate().await;
+        self.inner.insert(rows).await
+    }
+    async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
+        self.gate().await;
+        let jobs = self.inner.claim(req).await?;
+        if !jobs.is_empty()
+            && self
+                .faults
+                .lose_claim_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(StoreError::Unavailable(
+                "the connection dropped after the claim committed".into(),
+            ));
+        }
+        Ok(jobs)
+    }
+    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+        self.gate().await;
+        let refused = {
+            let r = self.faults.refuse_finish_of.lock().unwrap();
+            batch.iter().any(|f| r.contains(&f.id))
+        };
+        if refused {
+            return Err(StoreError::Query(
+                "ERROR: the database refused this outcome".into(),
+            ));
+        }
+        self.inner.finish(batch).await
+    }
+    async fn heartbeat(
+        &self,
+        owner: &str,
+        held: &[HeldJob],
+        lease_until: Timestamp,
+    ) -> StoreResult<Renewal> {
+        self.gate().await;
+        if self.faults.hang_heartbeats.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.heartbeat(owner, held, lease_until).await
+    }
+    async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
+        self.gate().await;
+        self.inner.get(id).await
+    }
+    async fn list(
+        &self,
+        filter: &JobFilter,
+        limit: usize,
+        before: Option<JobId>,
+    ) -> StoreResult<Vec<Job>> {
+        self.gate().await;
+        self.inner.list(filter, limit, before).await
+    }
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome> {
+        self.gate().await;
+        self.record_bulk(filter);
+        self.inner.retry(filter, now).await
+    }
+    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome> {
+        self.gate().await;
+        self.record_bulk(filter);
+        self.inner.cancel(filter, now).await
+    }
+    async fn expired(
+        &self,
+        kinds: &[String],
+        now: Timestamp,
+        limit: usize,
+    ) -> StoreResult<Vec<Job>> {
+        self.gate().await;
+        self.inner.expired(kinds, now, limit).await
+    }
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        slots: u32,
+        job: &Job,
+        owner: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<LeaseDecision> {
+        self.gate().await;
+        self.inner
+            .acquire_lease(key, slots, job, owner, now, until)
+            .await
+    }
+    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
+        self.gate().await;
+        self.inner.lease_busy_until(key).await
+    }
+    async fn take_rate(
+        &self,
+        key: &str,
+        max: u32,
+        window: Duration,
+        now: Timestamp,
+    ) -> StoreResult<RateDecision> {
+        self.gate().await;
+        self.inner.take_rate(key, max, window, now).await
+    }
+    async fn try_lead(
+        &self,
+        name: &str,
+        holder: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> StoreResult<bool> {
+        self.gate().await;
+        self.inner.try_lead(name, holder, now, until).await
+    }
+    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
+        self.gate().await;
+        self.inner.resign(name, holder).await
+    }
+    async fn upsert_periodic(
+        &self,
+        name: &str,
+        kind: &str,
+        schedule: &str,
+        next_run_at: Timestamp,
+    ) -> StoreResult<PeriodicRow> {
+        self.gate().await;
+        self.inner
+            .upsert_periodic(name, kind, schedule, next_run_at)
+            .await
+    }
+    async fn enqueue_period(
+        &self,
+        name: &str,
+        period: Timestamp,
+        next_run_at: Timestamp,
+        job: InsertRow,
+    ) -> StoreResult<Option<JobId>> {
+        self.gate().await;
+        self.inner
+            .enqueue_period(name, period, next_run_at, job)
+            .await
+    }
+    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
+        self.gate().await;
+        self.inner.list_periodic().await
+    }
+    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
+        self.gate().await;
+        self.inner.prune(now, retention, limit).await
+    }
+    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
+        self.gate().await;
+        self.inner.alerts(include_acked, limit).await
+    }
+    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
+        self.gate().await;
+        self.inner.ack_alert(id, now).await
+    }
+    async fn counts(&self) -> StoreResult<Vec<CountRow>> {
+        self.gate().await;
+        self.inner.counts().await
+    }
+    async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {
+        self.gate().await;
+        self.inner.listen().await
+    }
+}
