@@ -49,7 +49,9 @@ impl Class {
     }
 
     /// The handler's answer for this class for `job`: like [`Class::into_result`], but a snooze
-    /// after [`MAX_SNOOZES_PER_ATTEMPT`] snoozes in a row becomes a retryable failure.
+    /// after [`MAX_SNOOZES_PER_ATTEMPT`] `Retry-After` snoozes in a row becomes a retryable
+    /// failure. Only snoozes that came from `Retry-After` count: waiting for a busy lease key or a
+    /// rate window neither counts nor breaks the row.
     pub fn into_job_result(self, job: &onus::Job) -> JobResult {
         if let Class::Snooze { reason, .. } = &self {
             let in_a_row = job
@@ -57,6 +59,7 @@ impl Class {
                 .iter()
                 .rev()
                 .take_while(|e| e.class == onus::EntryClass::Snooze)
+                .filter(|e| is_retry_after(&e.message))
                 .count();
             if in_a_row >= MAX_SNOOZES_PER_ATTEMPT {
                 return Err(JobError::retryable(format!(
@@ -76,11 +79,20 @@ pub const MIN_SNOOZE: Duration = Duration::from_secs(1);
 /// answering `429 Retry-After: 1` forever would get a request every second forever.
 pub const MAX_SNOOZES_PER_ATTEMPT: usize = 5;
 
-/// Parses `Retry-After`: delay seconds, or an HTTP date (a date in the past means now).
+/// How every `Retry-After` snooze's reason starts (see [`is_retry_after`]).
+const RETRY_AFTER_REASON: &str = "Retry-After: ";
+
+/// Whether a snooze's reason says it came from a `Retry-After` header.
+pub fn is_retry_after(reason: &str) -> bool {
+    reason.starts_with("HTTP ") && reason.contains(RETRY_AFTER_REASON)
+}
+
+/// Parses `Retry-After`: delay seconds, or an HTTP date (a date in the past means now). A delay
+/// too large to count is the longest delay (the caller caps it), not an absent header.
 pub fn retry_after(value: &str, now: Timestamp) -> Option<Duration> {
     let v = value.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(v.parse::<u64>().map_or(Duration::MAX, Duration::from_secs));
     }
     let at = httpdate::parse_http_date(v).ok()?;
     let at: Timestamp = at.into();
@@ -99,10 +111,14 @@ pub fn classify_status(
         429 | 503 => match retry_after_header.and_then(|h| retry_after(h, now)) {
             Some(d) => {
                 let d = d.max(MIN_SNOOZE).min(cap.max(MIN_SNOOZE));
+                let until = chrono::TimeDelta::from_std(d)
+                    .ok()
+                    .and_then(|d| now.checked_add_signed(d))
+                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
                 Class::Snooze {
-                    until: now + chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX),
+                    until,
                     reason: format!(
-                        "HTTP {status} with Retry-After: {}",
+                        "HTTP {status} with {RETRY_AFTER_REASON}{}",
                         retry_after_header.unwrap_or("").trim()
                     ),
                 }
@@ -165,8 +181,76 @@ mod tests {
             until(c(429, Some("999999"))),
             now() + chrono::TimeDelta::hours(10)
         );
+        // A delay too large for any integer is capped, not ignored; so is a huge cap.
+        assert_eq!(
+            until(c(429, Some("99999999999999999999999"))),
+            now() + chrono::TimeDelta::hours(10)
+        );
+        assert!(matches!(
+            classify_status(429, Some("5"), now(), Duration::MAX),
+            Class::Snooze { .. }
+        ));
+        assert_eq!(
+            until(classify_status(
+                429,
+                Some("99999999999999999999999"),
+                now(),
+                Duration::MAX
+            )),
+            chrono::DateTime::<chrono::Utc>::MAX_UTC
+        );
         // Retry-After only counts with 429 and 503; garbage is as if absent.
         assert!(matches!(c(500, Some("5")), Class::Retryable(_)));
         assert!(matches!(c(429, Some("soon")), Class::Retryable(_)));
+    }
+
+    #[test]
+    fn regression_lease_waits_do_not_count_against_retry_after() {
+        let snooze = |message: &str| onus::HistoryEntry {
+            at: now(),
+            attempt: 1,
+            class: onus::EntryClass::Snooze,
+            message: message.into(),
+        };
+        let mut job: onus::Job = serde_json::from_value(serde_json::json!({
+            "id": 1, "kind": "webhook.deliver", "queue": "default", "args": {}, "priority": 0,
+            "state": "running", "attempt": 1, "max_attempts": 18, "run_at": now(),
+            "created_at": now(), "attempted_at": null, "finalized_at": null, "errors": [],
+            "snoozes": 0, "discard_reason": null, "unique_key": null, "lease_key": "ep",
+            "lease_owner": "me", "lease_expires_at": null, "cancel_requested": false
+        }))
+        .unwrap();
+        let cap = Duration::from_secs(10 * 3600);
+        let answer = || classify_status(429, Some("30"), now(), cap);
+        // Five waits behind a busy endpoint, then the first real 429: a snooze, not an attempt.
+        job.errors = (0..5)
+            .map(|_| snooze("lease key webhook-endpoint:ep busy (1 of 1 slots held)"))
+            .collect();
+        assert!(matches!(
+            answer().into_job_result(&job),
+            Err(JobError::Snooze { .. })
+        ));
+        // Five Retry-After snoozes in a row, with waits between them: the sixth is an attempt.
+        job.errors = (0..5)
+            .flat_map(|_| {
+                [
+                    snooze("HTTP 429 with Retry-After: 30"),
+                    snooze("lease key webhook-endpoint:ep busy (1 of 1 slots held)"),
+                ]
+            })
+            .collect();
+        assert!(matches!(
+            answer().into_job_result(&job),
+            Err(JobError::Retryable(_))
+        ));
+        // A failed attempt ends the row.
+        job.errors.push(onus::HistoryEntry {
+            class: onus::EntryClass::Error,
+            ..snooze("HTTP 500")
+        });
+        assert!(matches!(
+            answer().into_job_result(&job),
+            Err(JobError::Snooze { .. })
+        ));
     }
 }

@@ -295,8 +295,15 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
         }
         JobsCommand::Retry(a) => {
             let f = action_filter(a)?;
-            let ids = client.retry_where(&f).await.map_err(|e| e.to_string())?;
-            println!("retried {} job(s){}", ids.len(), id_list(&ids));
+            let out = client.retry_where(&f).await.map_err(|e| e.to_string())?;
+            println!(
+                "retried {} job(s){}",
+                out.retried.len(),
+                id_list(&out.retried)
+            );
+            for r in &out.refused {
+                println!("left job {} as it is: {}", r.id, r.reason);
+            }
             Ok(())
         }
         JobsCommand::Cancel(a) => {

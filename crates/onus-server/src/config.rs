@@ -81,12 +81,21 @@ pub struct HttpSection {
     pub allow_networks: Vec<String>,
 }
 
+/// The longest duration a setting may name: ten years (longer ones only overflow the calendar).
+const MAX_SETTING: Duration = Duration::from_secs(3650 * 86_400);
+
 fn duration(section: &str, key: &str, v: &Option<String>) -> Result<Option<Duration>, ConfigError> {
     v.as_ref()
         .map(|v| {
-            humantime::parse_duration(v).map_err(|e| {
+            let d = humantime::parse_duration(v).map_err(|e| {
                 ConfigError(format!("[{section}] {key} = {v:?} is not a duration ({e}); write it like \"30s\", \"5m\" or \"5d\""))
-            })
+            })?;
+            if d > MAX_SETTING {
+                return Err(ConfigError(format!(
+                    "[{section}] {key} = {v:?} is too long; the most is ten years (\"3650d\")"
+                )));
+            }
+            Ok(d)
         })
         .transpose()
 }
@@ -199,16 +208,11 @@ impl RetentionConfig {
     /// The retention as durations, defaults filled in.
     pub fn durations(&self) -> Result<onus::store::Retention, ConfigError> {
         let mut r = onus::store::Retention::default();
-        let parse = |what: &str, v: &str| -> Result<Duration, ConfigError> {
-            humantime::parse_duration(v).map_err(|e| {
-                ConfigError(format!("[retention] {what} = {v:?} is not a duration ({e}); write it like \"1d\" or \"12h\""))
-            })
-        };
-        if let Some(v) = &self.completed {
-            r.completed = parse("completed", v)?;
+        if let Some(d) = duration("retention", "completed", &self.completed)? {
+            r.completed = d;
         }
-        if let Some(v) = &self.discarded {
-            r.discarded = parse("discarded", v)?;
+        if let Some(d) = duration("retention", "discarded", &self.discarded)? {
+            r.discarded = d;
         }
         Ok(r)
     }
@@ -217,6 +221,21 @@ impl RetentionConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn regression_durations_past_ten_years_are_refused() {
+        let e = parse("[retention]\ncompleted = \"300000years\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[retention] completed = \"300000years\" is too long"),
+            "{e}"
+        );
+        let e = parse("[webhooks]\ntimeout = \"20000d\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[webhooks] timeout"), "{e}");
+    }
 
     #[test]
     fn parses_the_documented_shapes() {

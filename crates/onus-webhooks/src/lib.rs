@@ -125,10 +125,7 @@ impl std::fmt::Debug for Endpoint {
             .field("url", &self.url)
             .field("description", &self.description)
             .field("event_types", &self.event_types)
-            .field(
-                "secrets",
-                &format_args!("[{} hidden]", self.secrets.len()),
-            )
+            .field("secrets", &format_args!("[{} hidden]", self.secrets.len()))
             .field("enabled", &self.enabled)
             .field("disabled_reason", &self.disabled_reason)
             .field("failing_since", &self.failing_since)
@@ -597,7 +594,7 @@ impl Webhooks {
             limit: Some(self.inner.cfg.redeliver_max),
             ..JobFilter::default()
         };
-        Ok(client.retry_where(&f).await?)
+        Ok(client.retry_where(&f).await?.retried)
     }
 
     /// Publishes an event: the event and its fan-out job commit together. With an `id` given,

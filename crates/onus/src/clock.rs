@@ -77,10 +77,9 @@ impl ManualClock {
 
     /// Moves time forward and wakes every runtime that uses this clock.
     pub fn advance(&self, by: Duration) {
-        let by = TimeDelta::from_std(by).unwrap_or(TimeDelta::MAX);
         let now = {
             let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            *t += by;
+            *t = add(*t, by);
             *t
         };
         self.tx.send_replace(now);
@@ -122,4 +121,10 @@ pub(crate) fn from_micros(us: i64) -> Timestamp {
 pub(crate) fn add(t: Timestamp, d: Duration) -> Timestamp {
     let d = TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
     t.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `t - d`, saturating at the earliest representable time instead of overflowing.
+pub(crate) fn sub(t: Timestamp, d: Duration) -> Timestamp {
+    let d = TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+    t.checked_sub_signed(d).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }

@@ -32,7 +32,7 @@ pub use runtime::{
     BuildError, Builder, Client, Error, Handler, JobContext, Kind, Onus, Options, Periodic,
     Running, Schedule,
 };
-pub use store::{open, JobFilter, Store, StoreError};
+pub use store::{open, JobFilter, Refused, RetryOutcome, Store, StoreError};
 
 /// The PostgreSQL store and the in-transaction insert for applications that share its database.
 pub mod postgres {

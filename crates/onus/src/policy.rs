@@ -80,7 +80,7 @@ impl Backoff {
                 if !secs.is_finite() || secs >= cap.as_secs_f64() {
                     *cap
                 } else {
-                    Duration::from_secs_f64(secs)
+                    Duration::try_from_secs_f64(secs).unwrap_or(*cap)
                 }
             }
             Backoff::Schedule { schedule } => {
@@ -130,6 +130,13 @@ pub struct Policy {
     /// Whether an exhausted job raises an alert.
     pub alert_on_exhaustion: bool,
 }
+
+/// The longest duration a policy may name (a backoff step or cap, a timeout): 365 days. Longer
+/// ones are refused at validation, so no schedule arithmetic can overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
+
+/// The most attempts a policy may allow.
+pub const MAX_ATTEMPTS: u32 = 10_000;
 
 /// The names of the built-in presets.
 pub const PRESETS: [&str; 4] = ["default", "mail", "webhook", "periodic"];
@@ -216,8 +223,33 @@ impl Policy {
 
     /// Checks that the policy makes sense; the error says what to fix.
     pub fn validate(&self) -> Result<(), PolicyError> {
-        if self.max_attempts == 0 {
-            return Err(PolicyError("max_attempts must be at least 1".into()));
+        if self.max_attempts == 0 || self.max_attempts > MAX_ATTEMPTS {
+            return Err(PolicyError(format!(
+                "max_attempts must be from 1 to {MAX_ATTEMPTS}; got {}",
+                self.max_attempts
+            )));
+        }
+        let too_long = |what: &str, d: Duration| {
+            (d > MAX_DURATION).then(|| {
+                PolicyError(format!(
+                    "{what} must be at most 365 days, such as \"10h\" or \"7d\"; got {}",
+                    human(d)
+                ))
+            })
+        };
+        let mut durations = vec![("timeout", self.timeout)];
+        match &self.backoff {
+            Backoff::Exponential { initial, cap, .. } => {
+                durations.push(("backoff initial", *initial));
+                durations.push(("backoff cap", *cap));
+            }
+            Backoff::Schedule { schedule } => {
+                durations.extend(schedule.iter().map(|d| ("a backoff schedule step", *d)));
+            }
+            Backoff::None(_) => {}
+        }
+        if let Some(e) = durations.into_iter().find_map(|(w, d)| too_long(w, d)) {
+            return Err(e);
         }
         if !(0.0..1.0).contains(&self.jitter) {
             return Err(PolicyError(format!(
@@ -278,15 +310,15 @@ impl Policy {
 
     /// When each attempt would run, relative to the first, if every attempt failed.
     pub fn timeline(&self) -> Timeline {
-        let mut steps = Vec::with_capacity(self.max_attempts as usize);
+        let mut steps = Vec::with_capacity(self.max_attempts.min(MAX_ATTEMPTS) as usize);
         let mut offset = Duration::ZERO;
-        for attempt in 1..=self.max_attempts {
+        for attempt in 1..=self.max_attempts.min(MAX_ATTEMPTS) {
             let wait = if attempt == 1 {
                 Duration::ZERO
             } else {
                 self.nominal_delay(attempt - 1)
             };
-            offset += wait;
+            offset = offset.saturating_add(wait);
             steps.push(TimelineStep {
                 attempt,
                 wait,
@@ -413,11 +445,12 @@ impl fmt::Display for Timeline {
 
 /// `d * (1 + u)` with `u` drawn uniformly from `[-jitter, +jitter]`.
 pub fn jittered<R: Rng + ?Sized>(d: Duration, jitter: f64, rng: &mut R) -> Duration {
-    if jitter <= 0.0 || d.is_zero() {
+    if jitter.is_nan() || jitter <= 0.0 || jitter.is_infinite() || d.is_zero() {
         return d;
     }
     let u: f64 = rng.gen_range(-jitter..=jitter);
-    d.mul_f64(1.0 + u)
+    // Saturating: a delay that would overflow is the longest one, never a panic.
+    Duration::try_from_secs_f64((d.as_secs_f64() * (1.0 + u)).max(0.0)).unwrap_or(Duration::MAX)
 }
 
 /// A duration in words, rounded to the millisecond: `1h 30m`, `5s`, `250ms`.
@@ -507,6 +540,42 @@ mod tests {
         assert!((webhook - 5.3).abs() < 0.05, "webhook spans {webhook} days");
         assert_eq!(Policy::preset_webhook().timeline().steps.len(), 18);
         assert_eq!(Policy::preset_periodic().timeline().span(), Duration::ZERO);
+    }
+
+    #[test]
+    fn regression_huge_durations_are_refused_and_never_panic() {
+        let huge = Duration::from_secs(u64::MAX);
+        let p = Policy {
+            backoff: Backoff::exponential(Duration::from_secs(1), 2.0, huge),
+            ..Policy::preset_default()
+        };
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("backoff cap must be at most 365 days"), "{e}");
+        // Unvalidated, the arithmetic still saturates instead of panicking.
+        let p = Policy {
+            max_attempts: 100,
+            backoff: Backoff::schedule(vec![huge]),
+            ..Policy::preset_default()
+        };
+        assert_eq!(p.timeline().span(), Duration::MAX);
+        let _ = p.delay(5);
+        let p = Policy {
+            max_attempts: u32::MAX,
+            jitter: f64::NAN,
+            ..Policy::preset_default()
+        };
+        assert!(p.validate().is_err());
+        assert_eq!(p.timeline().steps.len(), MAX_ATTEMPTS as usize);
+        let _ = p.delay(3);
+        let bad = PolicyOverride {
+            timeout: Some(Duration::from_secs(400 * 86_400)),
+            ..Default::default()
+        };
+        let e = Policy::preset_default().with_overrides(&bad).unwrap_err();
+        assert!(
+            e.to_string().contains("timeout must be at most 365 days"),
+            "{e}"
+        );
     }
 
     #[test]

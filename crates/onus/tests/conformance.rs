@@ -11,6 +11,8 @@ mod harness;
 mod actions;
 #[path = "conformance/durability.rs"]
 mod durability;
+#[path = "conformance/faulty.rs"]
+mod faulty;
 #[path = "conformance/jobs.rs"]
 mod jobs;
 #[path = "conformance/limits.rs"]
@@ -19,6 +21,8 @@ mod limits;
 mod periodic;
 #[path = "conformance/postgres_only.rs"]
 mod postgres_only;
+#[path = "conformance/regressions.rs"]
+mod regressions;
 #[path = "conformance/sqlite_only.rs"]
 mod sqlite_only;
 #[path = "conformance/state_machine.rs"]
@@ -103,6 +107,18 @@ macro_rules! suite {
             ],
             state_machine: [
                 state_machine_invariants,
+            ],
+            regressions: [
+                regression_hung_heartbeat_trips_the_fence,
+                regression_a_lost_claim_reply_is_rescued,
+                regression_a_lease_lost_elsewhere_stops_the_attempt_at_once,
+                regression_a_nul_in_an_error_never_wedges_other_outcomes,
+                regression_a_refused_outcome_does_not_hold_up_the_others,
+                regression_bulk_retry_with_shared_unique_keys,
+                regression_huge_retention_prunes_nothing,
+                regression_bulk_actions_run_in_chunks,
+                regression_shutdown_is_bounded_when_the_store_hangs,
+                regression_lease_waiters_wake_in_order,
             ],
         });
     };

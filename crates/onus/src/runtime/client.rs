@@ -1,12 +1,16 @@
 //! The client: insert jobs (one, many, or inside the caller's transaction), look them up, and
 //! retry or cancel them by hand, singly or in bulk.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{self, Timestamp};
 use crate::job::{Job, JobId, JobState, NewJob, RunAt};
-use crate::store::{CancelOutcome, InsertRow, Inserted, JobFilter, Store, StoreError};
+use crate::store::{
+    CancelOutcome, InsertRow, Inserted, JobFilter, Refused, RetryOutcome, Store, StoreError,
+    CANCELLABLE_STATES, RETRYABLE_STATES,
+};
 
 use super::Shared;
 
@@ -31,6 +35,68 @@ pub struct Client {
 }
 
 const MAX_NAME: usize = 200;
+
+/// The most jobs one statement of a bulk retry or cancel touches; a bulk action over more runs
+/// as several, so the database (on SQLite, its one writer) is never held for long.
+pub const BULK_CHUNK: usize = 1000;
+
+/// Walks the jobs a bulk action applies to, newest first, a chunk at a time.
+struct Pages {
+    /// The filter, narrowed to the states the action applies to, without its limit.
+    listing: JobFilter,
+    /// How many more the filter's limit allows.
+    left: usize,
+    before: Option<JobId>,
+}
+
+impl Pages {
+    fn new(filter: &JobFilter, applies_to: &[JobState]) -> Self {
+        let states = if filter.states.is_empty() {
+            applies_to.to_vec()
+        } else {
+            filter
+                .states
+                .iter()
+                .filter(|s| applies_to.contains(s))
+                .copied()
+                .collect()
+        };
+        Pages {
+            left: filter.limit.unwrap_or(usize::MAX),
+            listing: JobFilter {
+                states,
+                limit: None,
+                ..filter.clone()
+            },
+            before: None,
+        }
+    }
+
+    async fn next(&mut self, store: &Arc<dyn Store>) -> Result<Option<Vec<Job>>, Error> {
+        if self.left == 0 || self.listing.states.is_empty() {
+            return Ok(None);
+        }
+        let page = store
+            .list(&self.listing, BULK_CHUNK.min(self.left), self.before)
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        self.before = Some(last.id);
+        self.left -= page.len();
+        Ok(Some(page))
+    }
+
+    /// The filter for one chunk: these jobs, still in the states the action applies to.
+    fn chunk(&self, ids: Vec<JobId>) -> JobFilter {
+        JobFilter {
+            limit: Some(ids.len()),
+            ids,
+            states: self.listing.states.clone(),
+            ..JobFilter::default()
+        }
+    }
+}
 
 fn check_name(what: &str, v: &str) -> Result<(), Error> {
     if v.trim().is_empty() {
@@ -124,13 +190,55 @@ impl Client {
         self.get(id).await
     }
 
-    /// Manual retry of every job matching `filter` (not just one page). Returns the ids retried.
-    pub async fn retry_where(&self, filter: &JobFilter) -> Result<Vec<JobId>, Error> {
-        let ids = self.shared.store.retry(filter, self.now()).await?;
-        if !ids.is_empty() {
-            self.shared.hub.wake_all();
+    /// Manual retry of every job matching `filter` (not just one page), in chunks of
+    /// [`BULK_CHUNK`] jobs so the database is never held by one long statement. Of the jobs
+    /// sharing a kind and unique key only the newest is retried; the others are refused, with why.
+    pub async fn retry_where(&self, filter: &JobFilter) -> Result<RetryOutcome, Error> {
+        if crate::store::single_id(filter).is_some() {
+            let out = self.shared.store.retry(filter, self.now()).await?;
+            if !out.retried.is_empty() {
+                self.shared.hub.wake_all();
+            }
+            return Ok(out);
         }
-        Ok(ids)
+        let mut out = RetryOutcome::default();
+        let mut keys: HashMap<(String, String), JobId> = HashMap::new();
+        let mut pages = Pages::new(filter, &RETRYABLE_STATES);
+        while let Some(page) = pages.next(&self.shared.store).await? {
+            let mut ids = Vec::with_capacity(page.len());
+            for j in page {
+                match &j.unique_key {
+                    Some(k) => match keys.get(&(j.kind.clone(), k.clone())) {
+                        Some(newer) => out.refused.push(Refused {
+                            id: j.id,
+                            reason: format!(
+                                "job {newer} of kind {} has the same unique key {k:?} and is retried instead",
+                                j.kind
+                            ),
+                        }),
+                        None => {
+                            keys.insert((j.kind.clone(), k.clone()), j.id);
+                            ids.push(j.id);
+                        }
+                    },
+                    None => ids.push(j.id),
+                }
+            }
+            if ids.is_empty() {
+                continue;
+            }
+            let r = self
+                .shared
+                .store
+                .retry(&pages.chunk(ids), self.now())
+                .await?;
+            if !r.retried.is_empty() {
+                self.shared.hub.wake_all();
+            }
+            out.retried.extend(r.retried);
+            out.refused.extend(r.refused);
+        }
+        Ok(out)
     }
 
     /// Cancels a job: a waiting one at once, a running one by a signal its handler can observe.
@@ -138,13 +246,33 @@ impl Client {
         self.cancel_where(&JobFilter::id(id)).await
     }
 
-    /// Cancels every job matching `filter`.
+    /// Cancels every job matching `filter`, in chunks of [`BULK_CHUNK`] jobs.
     pub async fn cancel_where(&self, filter: &JobFilter) -> Result<CancelOutcome, Error> {
-        let out = self.shared.store.cancel(filter, self.now()).await?;
+        if crate::store::single_id(filter).is_some() {
+            let out = self.shared.store.cancel(filter, self.now()).await?;
+            self.signal_cancels(&out);
+            return Ok(out);
+        }
+        let mut out = CancelOutcome::default();
+        let mut pages = Pages::new(filter, &CANCELLABLE_STATES);
+        while let Some(page) = pages.next(&self.shared.store).await? {
+            let ids = page.iter().map(|j| j.id).collect();
+            let r = self
+                .shared
+                .store
+                .cancel(&pages.chunk(ids), self.now())
+                .await?;
+            self.signal_cancels(&r);
+            out.cancelled.extend(r.cancelled);
+            out.requested.extend(r.requested);
+        }
+        Ok(out)
+    }
+
+    fn signal_cancels(&self, out: &CancelOutcome) {
         for id in &out.requested {
             self.shared.hub.cancel_running(*id);
         }
-        Ok(out)
     }
 
     /// Polls job `id` until `done` holds or `timeout` passes (for tests and tools).
@@ -224,4 +352,3 @@ pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Er
         lease_key: job.lease_key,
     })
 }
-

@@ -142,7 +142,9 @@ impl Hub {
     /// Stops holding the job unless its outcome is queued (then the finisher releases it).
     pub(crate) fn release_unless_finishing(&self, id: JobId, serial: u64) {
         let mut h = self.held();
-        if h.get(&id).is_some_and(|e| e.serial == serial && !e.finishing) {
+        if h.get(&id)
+            .is_some_and(|e| e.serial == serial && !e.finishing)
+        {
             h.remove(&id);
         }
     }
@@ -196,7 +198,9 @@ impl Hub {
         let mut h = self.held();
         let overdue: Vec<JobId> = h
             .iter()
-            .filter(|(_, e)| !e.finishing && now.saturating_duration_since(e.renewed) >= fence_after)
+            .filter(|(_, e)| {
+                !e.finishing && now.saturating_duration_since(e.renewed) >= fence_after
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in &overdue {

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use client::{Client, Error};
+pub use client::{Client, Error, BULK_CHUNK};
 pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
@@ -30,8 +30,8 @@ pub use periodic::{Periodic, Schedule};
 use crate::clock::{Clock, SystemClock};
 use crate::job::JobArgs;
 use crate::outcome::JobResult;
-use crate::policy::PolicyOverride;
 use crate::policy;
+use crate::policy::PolicyOverride;
 use crate::store::{Retention, Store};
 
 /// Concurrency of a queue nobody configured.
@@ -358,11 +358,7 @@ impl Onus {
         let tracker = TaskTracker::new();
         let (finish_tx, finish_rx) = mpsc::unbounded_channel::<worker::Outcome>();
         let abandon = CancellationToken::new();
-        let finisher = tokio::spawn(worker::finisher(
-            shared.clone(),
-            finish_rx,
-            abandon.clone(),
-        ));
+        let finisher = tokio::spawn(worker::finisher(shared.clone(), finish_rx, abandon.clone()));
         let mut tasks = Vec::new();
         if !shared.handled_kinds().is_empty() {
             for (q, conc) in &shared.queues {
@@ -463,7 +459,10 @@ impl Running {
             .await
             .is_err()
         {
-            tracing::error!("outcomes not written within {}; leaving them to the rescuer", policy::human(WRITE_BACK));
+            tracing::error!(
+                "outcomes not written within {}; leaving them to the rescuer",
+                policy::human(WRITE_BACK)
+            );
             self.abandon.cancel();
             if tokio::time::timeout(STEP, &mut finisher).await.is_err() {
                 finisher.abort();
@@ -475,7 +474,8 @@ impl Running {
             heartbeat.abort();
         }
         for name in [maintenance::LEADER, maintenance::PERIODIC_LEADER] {
-            let _ = tokio::time::timeout(STEP, self.shared.store.resign(name, &self.shared.owner)).await;
+            let _ = tokio::time::timeout(STEP, self.shared.store.resign(name, &self.shared.owner))
+                .await;
         }
     }
 

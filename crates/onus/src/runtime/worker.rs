@@ -169,12 +169,7 @@ async fn dispatch(
     tracker: TaskTracker,
     finish: mpsc::UnboundedSender<Outcome>,
 ) {
-    while let Some(Ready {
-        job,
-        hold,
-        claimed,
-    }) = ready.recv().await
-    {
+    while let Some(Ready { job, hold, claimed }) = ready.recv().await {
         let run = tokio::select! {
             biased;
             _ = stop.cancelled() => None,
@@ -199,7 +194,12 @@ async fn dispatch(
             }
             _ => {
                 // The store turns this into a cancel when one was asked for.
-                send(&shared, &finish, finish_of(&shared, &job, Transition::Return, None), &hold);
+                send(
+                    &shared,
+                    &finish,
+                    finish_of(&shared, &job, Transition::Return, None),
+                    &hold,
+                );
             }
         }
     }
@@ -265,7 +265,12 @@ async fn execute(
             }
             Err(e) => {
                 tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                send(shared, finish, finish_of(shared, &job, Transition::Return, None), hold);
+                send(
+                    shared,
+                    finish,
+                    finish_of(shared, &job, Transition::Return, None),
+                    hold,
+                );
                 return;
             }
         }
@@ -327,7 +332,12 @@ async fn execute(
         }
         None => Transition::Return,
     };
-    send(shared, finish, finish_of(shared, &job, transition, release_lease), hold);
+    send(
+        shared,
+        finish,
+        finish_of(shared, &job, transition, release_lease),
+        hold,
+    );
 }
 
 fn joined(r: Result<crate::JobResult, tokio::task::JoinError>) -> AttemptEnd {

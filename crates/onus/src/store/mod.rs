@@ -218,6 +218,92 @@ impl JobFilter {
     }
 }
 
+/// What a retry did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RetryOutcome {
+    /// Jobs now due.
+    pub retried: Vec<JobId>,
+    /// Matching jobs left as they were, with why.
+    pub refused: Vec<Refused>,
+}
+
+/// A job a bulk action left alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    /// The job.
+    pub id: JobId,
+    /// Why it was left alone.
+    pub reason: String,
+}
+
+/// The states a manual retry applies to.
+pub const RETRYABLE_STATES: [JobState; 5] = [
+    JobState::Discarded,
+    JobState::Cancelled,
+    JobState::Retryable,
+    JobState::Scheduled,
+    JobState::Snoozed,
+];
+
+/// The states a manual cancel applies to.
+pub const CANCELLABLE_STATES: [JobState; 5] = [
+    JobState::Available,
+    JobState::Scheduled,
+    JobState::Retryable,
+    JobState::Snoozed,
+    JobState::Running,
+];
+
+/// Picks, among retry candidates `(id, kind, unique_key)` newest first, the ones to retry: every
+/// job without a unique key, and of the jobs sharing a kind and unique key only the newest (the
+/// unique index allows one unfinished job per key). The others are refused with the reason.
+pub(crate) fn pick_retries(
+    candidates: &[(JobId, String, Option<String>)],
+) -> (Vec<JobId>, Vec<Refused>) {
+    let mut seen = std::collections::HashMap::new();
+    let mut chosen = Vec::new();
+    let mut refused = Vec::new();
+    for (id, kind, key) in candidates {
+        match key {
+            None => chosen.push(*id),
+            Some(k) => match seen.get(&(kind, k)) {
+                Some(newer) => refused.push(Refused {
+                    id: *id,
+                    reason: format!(
+                        "job {newer} of kind {kind} has the same unique key {k:?} and is retried instead"
+                    ),
+                }),
+                None => {
+                    seen.insert((kind, k), *id);
+                    chosen.push(*id);
+                }
+            },
+        }
+    }
+    (chosen, refused)
+}
+
+/// The refusals for chosen jobs with a unique key that the update left alone: an unfinished job
+/// of the same kind holds the key.
+pub(crate) fn held_key_refusals(
+    candidates: &[(JobId, String, Option<String>)],
+    chosen: &[JobId],
+    retried: &[JobId],
+) -> Vec<Refused> {
+    let retried: std::collections::HashSet<&JobId> = retried.iter().collect();
+    candidates
+        .iter()
+        .filter(|(id, _, key)| key.is_some() && chosen.contains(id) && !retried.contains(id))
+        .map(|(id, kind, key)| Refused {
+            id: *id,
+            reason: format!(
+                "another unfinished {kind} job holds its unique key {:?}; finish or cancel that one first",
+                key.as_deref().unwrap_or_default()
+            ),
+        })
+        .collect()
+}
+
 /// What a cancel did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CancelOutcome {
@@ -363,10 +449,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ) -> StoreResult<Vec<Job>>;
 
     /// Manual retry of every matching discarded, cancelled, retryable, scheduled or snoozed job:
-    /// due now, with one more attempt allowed if needed. Returns the jobs retried.
-    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<Vec<JobId>>;
+    /// due now, with one more attempt allowed if needed. Of the jobs sharing a kind and unique key
+    /// only the newest is retried, and none while another unfinished job holds the key; those are
+    /// refused with the reason. One statement: [`crate::Client::retry_where`] calls it in chunks.
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome>;
 
-    /// Manual cancel of every matching unfinished job.
+    /// Manual cancel of every matching unfinished job. One statement:
+    /// [`crate::Client::cancel_where`] calls it in chunks.
     async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome>;
 
     /// Running jobs of `kinds` whose lease expired before `now`.
@@ -513,6 +602,22 @@ fn cancel_if_requested(
         }
         Transition::Return if requested => cancelled("cancelled by request".into()),
         t => t.clone(),
+    }
+}
+
+/// When a job that found lease key busy wakes on its own: the first waiter when the earliest slot
+/// frees (`free_at`); each later one a slot's lease (`spacing`) after the waiter before it. A
+/// release wakes the longest waiter at once, so waiters normally run one after another, woken in
+/// order; these times only matter when a release never comes (its holder died), and then they
+/// wake one by one instead of all at once as a herd that finds the key busy again.
+pub(crate) fn lease_waiter_wakes_at(
+    free_at: Timestamp,
+    last_waiter: Option<Timestamp>,
+    spacing: Duration,
+) -> Timestamp {
+    match last_waiter {
+        Some(last) if last >= free_at => crate::clock::add(last, spacing),
+        _ => free_at,
     }
 }
 

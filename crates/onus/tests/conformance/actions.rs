@@ -71,8 +71,13 @@ pub async fn bulk_retry_acts_on_every_matching_job(env: Env) {
         kinds: vec!["d".into()],
         ..Default::default()
     };
-    let ids = client.retry_where(&filter).await.unwrap();
-    assert_eq!(ids.len(), 250, "bulk retry acts on every match, not a page");
+    let out = client.retry_where(&filter).await.unwrap();
+    assert_eq!(
+        out.retried.len(),
+        250,
+        "bulk retry acts on every match, not a page"
+    );
+    assert!(out.refused.is_empty());
     crate::harness::wait_until("all 250 completed", || async move {
         env2.count(JobState::Completed).await == 250
     })

@@ -251,12 +251,10 @@ fn tls_config(check: Check, rootcert: Option<&str>, shown: &str) -> StoreResult<
             path.display()
         )));
     }
-    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider(),
-    )
-    .build()
-    .map_err(|e| bad(format!("cannot use sslrootcert {}: {e}", path.display())))?;
+    let webpki =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| bad(format!("cannot use sslrootcert {}: {e}", path.display())))?;
     let builder = builder.dangerous();
     Ok(match check {
         Check::Full => builder.with_custom_certificate_verifier(webpki),
@@ -394,16 +392,28 @@ mod tests {
         let e = parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/root.crt")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("cannot read sslrootcert /nonexistent/root.crt"), "{e}");
-        let e = parse("postgres://u@h/db?sslmode=allow").unwrap_err().to_string();
+        assert!(
+            e.contains("cannot read sslrootcert /nonexistent/root.crt"),
+            "{e}"
+        );
+        let e = parse("postgres://u@h/db?sslmode=allow")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sslmode=allow is not supported"), "{e}");
         // The timeouts that turn a hung connection into an error.
         let t = parse("postgres://u@h/db").unwrap();
         assert_eq!(t.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
         assert_eq!(t.config.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
-        assert!(t.config.get_options().unwrap().contains("statement_timeout=60000"));
+        assert!(t
+            .config
+            .get_options()
+            .unwrap()
+            .contains("statement_timeout=60000"));
         // The URL's own settings win.
         let t = parse("postgres://u@h/db?connect_timeout=3").unwrap();
-        assert_eq!(t.config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(
+            t.config.get_connect_timeout(),
+            Some(&Duration::from_secs(3))
+        );
     }
 }

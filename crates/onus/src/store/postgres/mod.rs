@@ -773,16 +773,29 @@ impl Store for PostgresStore {
         jobs_from(&rows)
     }
 
-    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<Vec<JobId>> {
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome> {
+        const STATES: &str =
+            "state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed')";
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
-        let (cond, tail) = filter_sql(filter, 1);
+        let (cond, tail) = filter_sql(filter, 0);
+        let candidates: Vec<(JobId, String, Option<String>)> = tx
+            .query(
+                &format!("SELECT id, kind, unique_key FROM onus_jobs WHERE {STATES}{cond} ORDER BY id DESC FOR UPDATE"),
+                &params(&[], &tail),
+            )
+            .await
+            .map_err(q)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let (chosen, mut refused) = pick_retries(&candidates);
         let sql = format!(
             "WITH retried AS (
                 UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),
                     finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
                     cancel_requested = false, lease_wait = false
-                WHERE state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed'){cond}
+                WHERE id = ANY($2) AND {STATES}
                   AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
                        WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
                          AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
@@ -792,21 +805,22 @@ impl Store for PostgresStore {
              )
              SELECT id, (SELECT count(*) FROM woken) FROM retried"
         );
-        let rows = tx.query(&sql, &params(&[&now], &tail)).await.map_err(|e| {
+        let rows = tx.query(&sql, &[&now, &chosen]).await.map_err(|e| {
             if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                StoreError::Conflict("another unfinished job of the same kind holds the unique key; finish or cancel it first".into())
+                StoreError::Conflict("another unfinished job of the same kind took the unique key meanwhile; try again".into())
             } else {
                 q(e)
             }
         })?;
-        let ids: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
-        if ids.is_empty() {
+        let retried: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
+        refused.extend(held_key_refusals(&candidates, &chosen, &retried));
+        if retried.is_empty() {
             if let Some(id) = single_id(filter) {
                 return Err(refusal(id, get_job(&*tx, id).await?.as_ref(), true));
             }
         }
         tx.commit().await.map_err(q)?;
-        Ok(ids)
+        Ok(RetryOutcome { retried, refused })
     }
 
     async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome> {
@@ -922,6 +936,16 @@ impl Store for PostgresStore {
                     .min()
                     .unwrap_or(now)
                     .max(now);
+                let last: Option<Timestamp> = tx
+                    .query_one(
+                        "SELECT MAX(run_at) FROM onus_jobs WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
+                        &[&key, &job.id],
+                    )
+                    .await
+                    .map_err(q)?
+                    .get(0);
+                let spacing = (until - now).to_std().unwrap_or_default() / slots as u32;
+                let free_at = lease_waiter_wakes_at(free_at, last, spacing);
                 let entry = HistoryEntry {
                     at: now,
                     attempt: job.attempt,
@@ -1096,10 +1120,10 @@ impl Store for PostgresStore {
     }
 
     async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
-        let completed_before = now
-            - chrono::TimeDelta::from_std(retention.completed).unwrap_or(chrono::TimeDelta::MAX);
-        let discarded_before = now
-            - chrono::TimeDelta::from_std(retention.discarded).unwrap_or(chrono::TimeDelta::MAX);
+        // Never before 1970 (PostgreSQL's range ends earlier than chrono's; no job finished then).
+        let floor = chrono::DateTime::UNIX_EPOCH;
+        let completed_before = crate::clock::sub(now, retention.completed).max(floor);
+        let discarded_before = crate::clock::sub(now, retention.discarded).max(floor);
         let limit = limit as i64;
         let c = self.client().await?;
         let mut n = c

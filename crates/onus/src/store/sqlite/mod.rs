@@ -312,14 +312,13 @@ fn in_savepoint<R>(
     f: impl FnOnce(&Connection) -> StoreResult<R>,
 ) -> StoreResult<R> {
     conn.execute_batch("SAVEPOINT onus_op").map_err(q)?;
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(
-        |p| {
+    let r =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(|p| {
             Err(StoreError::Query(format!(
                 "a write panicked: {}",
                 crate::outcome::panic_message(p.as_ref())
             )))
-        },
-    );
+        });
     if conn.is_autocommit() {
         // SQLite rolled the whole transaction back (it does on SQLITE_FULL, IOERR, NOMEM): no
         // savepoint is left to release; the writer fails the batch with this error.
@@ -816,41 +815,47 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<Vec<JobId>> {
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome> {
         let filter = filter.clone();
         self.write(move |conn| {
-            let mut p: Vec<Box<dyn ToSql + Send>> = vec![Box::new(us(now))];
+            const STATES: &str = "state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed')";
+            let mut p: Vec<Box<dyn ToSql + Send>> = Vec::new();
             let sql = format!(
-                "UPDATE onus_jobs SET state = 'available', run_at = ?1, max_attempts = MAX(max_attempts, attempt + 1),
-                    finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                    cancel_requested = 0
-                 WHERE state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed'){}
-                   AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
-                        WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
-                          AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
-                 RETURNING id",
+                "SELECT id, kind, unique_key FROM onus_jobs WHERE {STATES}{} ORDER BY id DESC",
                 filter_sql(&filter, &mut p)
             );
-            let mut stmt = conn.prepare(&sql).map_err(q)?;
-            let ids = stmt
-                .query_map(refs(&p).as_slice(), |r| r.get(0))
+            let candidates = conn
+                .prepare(&sql)
+                .map_err(q)?
+                .query_map(refs(&p).as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<(JobId, String, Option<String>)>>>()
+                .map_err(q)?;
+            let (chosen, mut refused) = pick_retries(&candidates);
+            let ids = serde_json::to_string(&chosen).map_err(|e| StoreError::Query(e.to_string()))?;
+            let retried = conn
+                .prepare_cached(&format!(
+                    "UPDATE onus_jobs SET state = 'available', run_at = ?1, max_attempts = MAX(max_attempts, attempt + 1),
+                        finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                        cancel_requested = 0
+                     WHERE id IN (SELECT value FROM json_each(?2)) AND {STATES}
+                       AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
+                            WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
+                              AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
+                     RETURNING id"
+                ))
+                .map_err(q)?
+                .query_map(params![us(now), ids], |r| r.get(0))
                 .map_err(q)?
                 .collect::<rusqlite::Result<Vec<JobId>>>()
-                .map_err(|e| match e {
-                    rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
-                        StoreError::Conflict(
-                            "another unfinished job of the same kind holds the unique key; finish or cancel it first"
-                                .into(),
-                        )
-                    }
-                    e => q(e),
-                })?;
-            if ids.is_empty() {
+                .map_err(q)?;
+            refused.extend(held_key_refusals(&candidates, &chosen, &retried));
+            if retried.is_empty() {
                 if let Some(id) = single_id(&filter) {
                     return Err(refusal(id, get_job(conn, id)?.as_ref(), true));
                 }
             }
-            Ok(ids)
+            Ok(RetryOutcome { retried, refused })
         })
         .await
     }
@@ -956,6 +961,15 @@ impl Store for SqliteStore {
                 }
                 None => {
                     let free_at = held.iter().map(|(_, _, b)| *b).min().unwrap_or(us(now)).max(us(now));
+                    let last: Option<i64> = conn
+                        .prepare_cached(
+                            "SELECT MAX(run_at) FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' AND lease_wait = 1 AND id != ?2",
+                        )
+                        .map_err(q)?
+                        .query_row(params![key, job], |r| r.get(0))
+                        .map_err(q)?;
+                    let spacing = (until - now).to_std().unwrap_or_default() / slots.max(1);
+                    let free_at = us(lease_waiter_wakes_at(from_micros(free_at), ts(last), spacing));
                     let entry = HistoryEntry {
                         at: now,
                         attempt,
@@ -1124,8 +1138,8 @@ impl Store for SqliteStore {
     }
 
     async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
-        let completed_before = us(now) - retention.completed.as_micros() as i64;
-        let discarded_before = us(now) - retention.discarded.as_micros() as i64;
+        let completed_before = us(crate::clock::sub(now, retention.completed));
+        let discarded_before = us(crate::clock::sub(now, retention.discarded));
         self.write(move |conn| {
             let mut n = conn
                 .prepare_cached(
