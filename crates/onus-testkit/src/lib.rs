@@ -3,6 +3,7 @@
 //! - [`PgCluster`]: a private PostgreSQL server.
 //! - [`sink::HttpSink`]: a scripted HTTP server on loopback that records every request.
 //! - [`sink::ConnCounter`]: a loopback listener that only counts connections.
+//! - [`TcpProxy`]: a loopback TCP proxy that can freeze its connections.
 //!
 //! [`PgCluster`] starts a private PostgreSQL server from the binaries installed on the machine
 //! (`pg_config --bindir`, or Debian's `/usr/lib/postgresql/<version>/bin`), on a temporary
@@ -11,7 +12,10 @@
 //! `initdb` refuses root. The cluster is stopped and its directory removed when the
 //! [`PgCluster`] is dropped, and by a watchdog if the process dies first.
 
+pub mod proxy;
 pub mod sink;
+
+pub use proxy::TcpProxy;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -26,6 +30,8 @@ pub struct PgCluster {
     bindir: PathBuf,
     port: u16,
     as_postgres: bool,
+    /// Extra `-c name=value` server settings.
+    settings: Vec<String>,
 }
 
 /// What went wrong starting a cluster, with what to do about it.
@@ -90,12 +96,38 @@ fn free_port() -> Result<u16, PgError> {
 impl PgCluster {
     /// Creates and starts a new cluster.
     pub fn start() -> Result<PgCluster, PgError> {
+        Self::start_with(|_| Ok(Vec::new()))
+    }
+
+    /// Creates and starts a cluster that also accepts TLS (`ssl = on`), with a certificate for
+    /// `127.0.0.1` and `localhost` signed by a CA made for it; [`PgCluster::ca_cert`] is that CA.
+    /// Needs the `openssl` command (Debian's `openssl`, which PostgreSQL's packages bring).
+    pub fn start_tls() -> Result<PgCluster, PgError> {
+        Self::start_with(|dir| {
+            make_certificates(dir)?;
+            Ok(vec![
+                "ssl=on".into(),
+                format!("ssl_cert_file={}", dir.join("server.crt").display()),
+                format!("ssl_key_file={}", dir.join("server.key").display()),
+            ])
+        })
+    }
+
+    /// The CA certificate (PEM) that signed the server's, for a cluster from [`PgCluster::start_tls`].
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    fn start_with(
+        settings: impl FnOnce(&Path) -> Result<Vec<String>, PgError>,
+    ) -> Result<PgCluster, PgError> {
         let bindir = bindir()?;
         let as_postgres = is_root();
         let dir = tempfile::Builder::new()
             .prefix("onus-pg-")
             .tempdir()
             .map_err(|e| err(e.to_string()))?;
+        let settings = settings(dir.path())?;
         if as_postgres {
             chown_postgres(dir.path())?;
         }
@@ -104,6 +136,7 @@ impl PgCluster {
             bindir,
             port: free_port()?,
             as_postgres,
+            settings,
         };
         c.run(
             "initdb",
@@ -178,11 +211,14 @@ impl PgCluster {
 
     fn pg_ctl_start(&self) -> Result<(), PgError> {
         let sock = self.dir.path().display().to_string();
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=128MB \
              -c fsync=on -c synchronous_commit=on -c full_page_writes=on",
             self.port
         );
+        for s in &self.settings {
+            opts.push_str(&format!(" -c {s}"));
+        }
         let log = self.dir.path().join("server.log").display().to_string();
         let r = self.run(
             "pg_ctl",
@@ -282,9 +318,92 @@ impl Drop for PgCluster {
     }
 }
 
+/// A CA and a server certificate it signed (for 127.0.0.1 and localhost), made with `openssl`.
+fn make_certificates(dir: &Path) -> Result<(), PgError> {
+    let run = |args: &[&str]| -> Result<(), PgError> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                err(format!(
+                    "cannot run openssl (install Debian's openssl): {e}"
+                ))
+            })?;
+        if !out.status.success() {
+            return Err(err(format!(
+                "openssl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=onus test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])?;
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName = IP:127.0.0.1, DNS:localhost\nbasicConstraints = CA:FALSE\n",
+    )
+    .map_err(|e| err(e.to_string()))?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.crt",
+    ])?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("server.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .map_err(|e| err(e.to_string()))?;
+    }
+    Ok(())
+}
+
 fn chown_postgres(path: &Path) -> Result<(), PgError> {
     let status = Command::new("chown")
-        .args(["postgres:postgres"])
+        .args(["-R", "postgres:postgres"])
         .arg(path)
         .status()
         .map_err(|e| err(format!("cannot run chown: {e}")))?;

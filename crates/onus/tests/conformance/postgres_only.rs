@@ -558,3 +558,185 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
     assert!(text.contains("onus_jobs_delayed"), "{text}");
     assert!(!text.contains("Seq Scan on onus_jobs"), "{text}");
 }
+
+/// Item 1, end to end: a process whose database connection freezes (a proxy that stops
+/// forwarding: no error, no reset, only silence) drops its attempt before the lease runs out, so
+/// the rescuer's attempt in another process never runs beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_frozen_connection_never_runs_an_attempt_beside_the_rescuers() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    #[derive(Default)]
+    struct Runs(Mutex<Vec<(u32, Instant, Option<Instant>)>>);
+    struct Run(Arc<Runs>, usize);
+    impl Drop for Run {
+        fn drop(&mut self) {
+            self.0 .0.lock().unwrap()[self.1].2 = Some(Instant::now());
+        }
+    }
+    fn kind(runs: &Arc<Runs>) -> Kind {
+        let runs = runs.clone();
+        Kind::new("long").handler(move |ctx: JobContext| {
+            let runs = runs.clone();
+            async move {
+                let i = {
+                    let mut r = runs.0.lock().unwrap();
+                    r.push((ctx.attempt(), Instant::now(), None));
+                    r.len() - 1
+                };
+                let _run = Run(runs, i);
+                if ctx.attempt() == 1 {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        })
+    }
+    let options = || Options {
+        lease_ttl: Duration::from_secs(2),
+        heartbeat_interval: Duration::from_millis(200),
+        rescue_interval: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let env = Env::new(Backend::Postgres).await;
+    let pg = PgCluster::shared();
+    let proxy = onus_testkit::TcpProxy::start(([127, 0, 0, 1], pg.port()).into())
+        .await
+        .unwrap();
+    let via_proxy = env.url.replace(
+        &format!(":{}/", pg.port()),
+        &format!(":{}/", proxy.addr().port()),
+    );
+    let runs = Arc::new(Runs::default());
+    let a = Onus::builder(onus::open(&via_proxy).await.unwrap())
+        .options(options())
+        .kind(kind(&runs))
+        .build()
+        .unwrap();
+    let id = crate::harness::insert_id(&a.client(), NewJob::new("long", json!({}))).await;
+    let ra = a.start();
+    wait_until("attempt 1 runs", || async {
+        runs.0.lock().unwrap().len() == 1
+    })
+    .await;
+    proxy.freeze();
+    let b = Onus::builder(env.reopen().await)
+        .options(options())
+        .kind(kind(&runs))
+        .build()
+        .unwrap();
+    let rb = b.start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let j = loop {
+        let j = env.job(id).await;
+        if j.state == JobState::Completed {
+            break j;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never rescued: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(j.attempt, 2);
+    assert_eq!(j.errors[0].class, EntryClass::WorkerLost);
+    let r = runs.0.lock().unwrap().clone();
+    assert_eq!(r.len(), 2, "{r:?}");
+    let first_ended = r[0].2.expect("attempt 1 was dropped");
+    assert!(
+        first_ended < r[1].1,
+        "attempt 2 started {:?} before attempt 1 was dropped",
+        first_ended - r[1].1
+    );
+    rb.shutdown(Duration::from_secs(1)).await;
+    proxy.thaw();
+    ra.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Item 13: two finishers whose batches release the same lease keys in opposite orders take the
+/// keys' locks in one order, so they cannot deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_finishers_take_lease_key_locks_in_one_order() {
+    use onus::store::{ClaimRequest, Finish};
+    let env = Env::new(Backend::Postgres).await;
+    let client = env.client();
+    let mut ids = Vec::new();
+    for key in ["k1", "k2", "k2", "k1"] {
+        ids.push(
+            crate::harness::insert_id(&client, NewJob::new("k", json!({})).lease_key(key)).await,
+        );
+    }
+    let now = env.clock_now();
+    let until = now + chrono::TimeDelta::seconds(30);
+    let jobs = env
+        .store
+        .claim(ClaimRequest {
+            queue: "default".into(),
+            kinds: vec!["k".into()],
+            limit: 10,
+            owner: "o".into(),
+            now,
+            lease_until: until,
+        })
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 4);
+    for j in &jobs {
+        let key = j.lease_key.clone().unwrap();
+        env.store
+            .acquire_lease(&key, 2, j, "o", now, until)
+            .await
+            .unwrap();
+    }
+    let done = |id: i64, key: &str| Finish {
+        id,
+        owner: "o".into(),
+        attempt: 1,
+        transition: onus::outcome::Transition::Complete,
+        now,
+        release_lease: Some(key.into()),
+        periodic: None,
+        expired_before: None,
+    };
+    let lock = sql(&env.url).await;
+    lock.execute(
+        "SELECT pg_advisory_lock(hashtextextended('onus.lease:' || $1, 0))",
+        &[&"k1"],
+    )
+    .await
+    .unwrap();
+    let waiting = || async {
+        let n: i64 = lock
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    let (s1, s2) = (env.store.clone(), env.store.clone());
+    let a = vec![done(ids[0], "k1"), done(ids[1], "k2")];
+    let b = vec![done(ids[2], "k2"), done(ids[3], "k1")];
+    let f1 = tokio::spawn(async move { s1.finish(a).await });
+    wait_until("the first finisher waits for k1", || async {
+        waiting().await == 1
+    })
+    .await;
+    let f2 = tokio::spawn(async move { s2.finish(b).await });
+    wait_until("the second finisher waits too", || async {
+        waiting().await == 2
+    })
+    .await;
+    lock.execute(
+        "SELECT pg_advisory_unlock(hashtextextended('onus.lease:' || $1, 0))",
+        &[&"k1"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(f1.await.unwrap().unwrap(), vec![true, true]);
+    assert_eq!(f2.await.unwrap().unwrap(), vec![true, true]);
+}

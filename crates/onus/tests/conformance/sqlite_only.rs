@@ -109,3 +109,154 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
         "a claim never scans the jobs table:\n{text}"
     );
 }
+
+/// Polls `f` once, so a store write it makes is queued on the writer, and returns it to finish.
+async fn queued<F: std::future::Future>(f: F) -> std::pin::Pin<Box<F>> {
+    let mut f = Box::pin(f);
+    std::future::poll_fn(|cx| {
+        let _ = f.as_mut().poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
+    f
+}
+
+fn sqlite(env: &Env) -> &onus::sqlite::SqliteStore {
+    env.store
+        .as_any()
+        .downcast_ref::<onus::sqlite::SqliteStore>()
+        .expect("a SQLite store")
+}
+
+async fn tags(env: &Env) -> Vec<String> {
+    let mut t: Vec<String> = env
+        .store
+        .list(&onus::JobFilter::default(), 100, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.args["tag"].as_str().unwrap_or_default().to_string())
+        .collect();
+    t.sort();
+    t
+}
+
+/// Item 6: when SQLite rolls a whole transaction back (here SQLITE_FULL on a one-row insert, which
+/// has no statement journal), no write of that batch is reported done, and none runs after it in
+/// autocommit mode: what a caller is told always matches what is in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_rolled_back_transaction_fails_its_whole_batch() {
+    let env = Env::new(Backend::Sqlite).await;
+    let client = env.client();
+    let store = sqlite(&env);
+    store
+        .write(|conn| {
+            let pages: i64 = conn
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .map_err(|e| onus::StoreError::Query(e.to_string()))?;
+            conn.execute_batch(&format!(
+                "CREATE TABLE filler (b BLOB); PRAGMA max_page_count = {}",
+                pages + 30
+            ))
+            .map_err(|e| onus::StoreError::Query(e.to_string()))
+        })
+        .await
+        .unwrap();
+    let (open, wait) = std::sync::mpsc::channel::<()>();
+    let blocker = queued(store.write(move |_conn| {
+        let _ = wait.recv();
+        Ok(())
+    }))
+    .await;
+    let before = queued(client.insert(NewJob::new("k", json!({"tag": "before"})))).await;
+    // A component's one-row insert into a table of its own: no statement journal.
+    let full = queued(store.write(|conn| {
+        conn.execute("INSERT INTO filler (b) VALUES (zeroblob(400000))", [])
+            .map_err(|e| onus::StoreError::Query(e.to_string()))
+    }))
+    .await;
+    let after = queued(client.insert(NewJob::new("k", json!({"tag": "after"})))).await;
+    open.send(()).unwrap();
+    let (blocker, before, full, after) = (blocker.await, before.await, full.await, after.await);
+    let e = full.unwrap_err().to_string();
+    assert!(e.contains("full"), "{e}");
+    let stored = tags(&env).await;
+    for (tag, ok) in [("before", before.is_ok()), ("after", after.is_ok())] {
+        assert_eq!(
+            ok,
+            stored.contains(&tag.to_string()),
+            "{tag}: the caller was told {ok} but the database holds {stored:?}"
+        );
+    }
+    assert!(before.is_err(), "undone with its batch");
+    assert!(blocker.is_err(), "undone with its batch");
+    // The store keeps working.
+    store
+        .write(|conn| {
+            conn.execute_batch("PRAGMA max_page_count = 1073741823")
+                .map_err(|e| onus::StoreError::Query(e.to_string()))
+        })
+        .await
+        .unwrap();
+    client
+        .insert(NewJob::new("k", json!({"tag": "later"})))
+        .await
+        .unwrap();
+}
+
+/// Item 10: a panic inside a write is that write's error; the writer thread and the store live on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_panic_in_a_write_is_contained() {
+    let env = Env::new(Backend::Sqlite).await;
+    let e = sqlite(&env)
+        .write(|_conn| -> onus::store::StoreResult<()> { panic!("boom in a component's write") })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a write panicked: boom in a component's write"),
+        "{e}"
+    );
+    env.client()
+        .insert(NewJob::new("k", json!({})))
+        .await
+        .unwrap();
+}
+
+/// Item 13: another process holding the write lock long makes every queued write fail together
+/// after one busy timeout, not one per busy timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_long_external_lock_fails_queued_writes_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onus.db");
+    let store = std::sync::Arc::new(
+        onus::sqlite::SqliteStore::open(onus::sqlite::SqliteOptions {
+            busy_timeout: Duration::from_millis(300),
+            ..onus::sqlite::SqliteOptions::new(&path)
+        })
+        .await
+        .unwrap(),
+    );
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let writes: Vec<_> = (0..5)
+        .map(|_| {
+            let s = store.clone();
+            tokio::spawn(async move { s.write(|_conn| Ok(())).await })
+        })
+        .collect();
+    crate::harness::wait_until("the first write gives up", || async {
+        writes.iter().any(|w| w.is_finished())
+    })
+    .await;
+    other.execute_batch("ROLLBACK").unwrap();
+    for w in writes {
+        let e = w.await.unwrap().unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        assert!(
+            e.to_string().contains("cannot begin a write transaction"),
+            "{e}"
+        );
+    }
+    store.write(|_conn| Ok(())).await.unwrap();
+}

@@ -669,6 +669,17 @@ impl Store for PostgresStore {
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
+        // Lease-key locks in one order (sorted), before any is needed: two finishers whose
+        // batches release the same keys in different orders can never deadlock.
+        let mut keys: Vec<&str> = batch
+            .iter()
+            .filter_map(|f| f.release_lease.as_deref())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            lock_lease_key(&*tx, key).await?;
+        }
         let mut applied = vec![false; batch.len()];
         // The common case, plain completions, in one statement per owner.
         let mut plain: std::collections::BTreeMap<
