@@ -164,7 +164,85 @@ both!(
     endless_retry_after_spends_attempts_after_five_snoozes,
     a_fanout_that_runs_again_delivers_nothing_twice,
     a_connection_failure_is_recorded_as_an_attempt,
+    regression_a_2xx_with_a_nul_in_its_body_is_a_success,
+    regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print,
 );
+
+/// Item 4: a 2xx answer whose body holds a NUL (PostgreSQL's TEXT refuses it) is one successful
+/// delivery, recorded, and the endpoint's health is updated.
+async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: &str) {
+    let sink = HttpSink::start(|_, n| {
+        if n == 1 {
+            Reply::status(500).body("oops\0")
+        } else {
+            Reply::status(200).body("ok\0thanks")
+        }
+    })
+    .await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, _) = w.endpoint(sink.url("/hook")).await;
+    let ev = w.hooks.publish("a.b", json!({}), None).await.unwrap();
+    let j = w
+        .wait_delivery(&ev.id, "failed once", |j| j.state == JobState::Retryable)
+        .await;
+    assert!(w
+        .hooks
+        .endpoint(&ep.id)
+        .await
+        .unwrap()
+        .failing_since
+        .is_some());
+    w.clock.advance_to(j.run_at);
+    let j = w
+        .wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+        .await;
+    assert_eq!(j.attempt, 2);
+    assert_eq!(sink.received().len(), 2);
+    let attempts = w.hooks.attempts(&ev.id).await.unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].response_excerpt, "oops");
+    assert_eq!(attempts[1].response_excerpt, "okthanks");
+    assert_eq!(attempts[1].outcome, "success");
+    assert_eq!(
+        w.hooks.endpoint(&ep.id).await.unwrap().failing_since,
+        None,
+        "the success cleared the endpoint's failure"
+    );
+    w.stop().await;
+}
+
+/// Item 14: an endpoint's `Debug` hides its secrets; an oversized or NUL-holding payload is
+/// refused with what to fix, and nothing is stored.
+async fn regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print(
+    backend: &str,
+) {
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, secret) = w.endpoint("http://127.0.0.1:9/hook".into()).await;
+    let ep = w.hooks.endpoint(&ep.id).await.unwrap();
+    assert_eq!(ep.secrets.len(), 1);
+    let shown = format!("{ep:?}");
+    assert!(!shown.contains(&secret), "{shown}");
+    assert!(shown.contains("1 hidden"), "{shown}");
+    let big = "x".repeat(onus_webhooks::MAX_PAYLOAD_BYTES);
+    let e = w
+        .hooks
+        .publish("a.b", json!({ "big": big }), Some("too-big".into()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the most is 262144"), "{e}");
+    let e = w
+        .hooks
+        .publish("a.b", json!({ "name": "a\u{0}b" }), Some("nul".into()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("payload.name contains a NUL"), "{e}");
+    for id in ["too-big", "nul"] {
+        assert!(w.hooks.event(id).await.is_err(), "{id} was stored");
+    }
+    w.stop().await;
+}
 
 async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &str) {
     let sink = HttpSink::start(|_, n| {

@@ -20,6 +20,13 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time.
     fn now(&self) -> Timestamp;
 
+    /// Whether this clock is meant to agree with the database's. The runtime measures the offset
+    /// between them and acts on it (see `onus::runtime`'s clock-skew notes); a manual clock in
+    /// tests says no.
+    fn compare_with_database(&self) -> bool {
+        true
+    }
+
     /// A receiver that changes whenever time jumps by hand ([`ManualClock::advance`]).
     /// The runtime wakes on it to look for jobs that just became due. `None` for the system clock.
     fn jumps(&self) -> Option<watch::Receiver<Timestamp>> {
@@ -103,8 +110,39 @@ impl Clock for ManualClock {
         *self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn compare_with_database(&self) -> bool {
+        false
+    }
+
     fn jumps(&self) -> Option<watch::Receiver<Timestamp>> {
         Some(self.tx.subscribe())
+    }
+}
+
+/// The system clock shifted by a fixed offset: a machine whose clock is off, for tests and fault
+/// drills.
+///
+/// ```
+/// use onus::{Clock, OffsetClock};
+/// let ahead = OffsetClock::new(chrono::TimeDelta::seconds(30));
+/// assert!(ahead.now() > chrono::Utc::now());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetClock {
+    offset: TimeDelta,
+}
+
+impl OffsetClock {
+    /// The system clock plus `offset` (negative: behind).
+    pub fn new(offset: TimeDelta) -> Self {
+        OffsetClock { offset }
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> Timestamp {
+        let t = Utc::now();
+        t.checked_add_signed(self.offset).unwrap_or(t)
     }
 }
 

@@ -21,7 +21,7 @@ pub mod policy;
 pub mod runtime;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, OffsetClock, SystemClock, Timestamp};
 pub use job::{
     DiscardReason, EntryClass, HistoryEntry, Job, JobArgs, JobId, JobState, NewJob, RunAt,
 };

@@ -119,6 +119,7 @@ macro_rules! suite {
                 regression_bulk_actions_run_in_chunks,
                 regression_shutdown_is_bounded_when_the_store_hangs,
                 regression_lease_waiters_wake_in_order,
+                regression_a_clock_ahead_never_rescues_healthy_jobs,
             ],
         });
     };

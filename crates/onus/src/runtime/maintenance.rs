@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::skew::Skew;
 use super::worker::{finish_of, jumped, Outcome};
 use super::Shared;
 use crate::clock::add;
@@ -26,9 +27,12 @@ pub(crate) const LEADER: &str = "onus";
 pub(crate) const PERIODIC_LEADER: &str = "onus.periodic";
 
 /// How long a held job may go without a renewal reaching the database before this process must
-/// assume another process will rescue it: three quarters of a lease.
+/// assume another process will rescue it: three quarters of a lease, less this process's measured
+/// clock offset (see [`super::skew`]), and never less than a quarter of a lease.
 pub(crate) fn fence_after(shared: &Shared) -> Duration {
-    shared.options.lease_ttl.mul_f64(0.75)
+    let ttl = shared.options.lease_ttl;
+    let skew = shared.skew.latest().map_or(Duration::ZERO, |r| r.worst());
+    ttl.mul_f64(0.75).saturating_sub(skew).max(ttl / 4)
 }
 
 /// Renews the leases of the jobs this process holds and delivers cancel requests made elsewhere.
@@ -131,8 +135,14 @@ pub(crate) async fn rescuer(
     }
     let mut jumps = shared.clock.jumps();
     loop {
+        Skew::measure(&shared).await;
         let now = shared.clock.now();
-        match shared.store.expired(&kinds, now, 500).await {
+        let found = if Skew::may_rescue(&shared) {
+            shared.store.expired(&kinds, now, 500).await
+        } else {
+            Ok(Vec::new())
+        };
+        match found {
             Ok(jobs) => {
                 // A job running here is alive whatever its lease says (a manual clock may have
                 // jumped past it); one of ours that is not (dropped by a fence) is rescued too.

@@ -9,6 +9,7 @@ mod hub;
 mod kind;
 mod maintenance;
 mod periodic;
+mod skew;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -130,6 +131,7 @@ pub(crate) struct Shared {
     pub(crate) options: Options,
     pub(crate) hub: Hub,
     pub(crate) owner: String,
+    pub(crate) skew: skew::Skew,
 }
 
 impl std::fmt::Debug for Shared {
@@ -275,6 +277,7 @@ impl Builder {
             options: self.options,
             hub: Hub::default(),
             owner,
+            skew: skew::Skew::default(),
         };
         for q in shared.queues.keys() {
             shared.hub.queue(q);
@@ -348,6 +351,12 @@ impl Onus {
     /// The identity this process leases jobs under.
     pub fn owner(&self) -> &str {
         &self.shared.owner
+    }
+
+    /// The database's clock minus this process's, as last measured (by the rescuer, at start and
+    /// every rescue interval); `None` before the first measurement or for a manual clock.
+    pub fn database_clock_offset(&self) -> Option<chrono::TimeDelta> {
+        self.shared.skew.latest().map(|r| r.offset)
     }
 
     /// Starts the workers and maintenance loops. Needs a Tokio runtime.

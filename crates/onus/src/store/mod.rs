@@ -538,6 +538,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Job counts per state, kind and queue.
     async fn counts(&self) -> StoreResult<Vec<CountRow>>;
 
+    /// The database's clock, read for measurement only (decisions use the runtime's clock). The
+    /// default is this machine's clock: an embedded database shares it.
+    async fn database_time(&self) -> StoreResult<Timestamp> {
+        Ok(chrono::Utc::now())
+    }
+
     /// Notices from other processes, where the backend has them (`None` for SQLite, where
     /// workers poll). The stream ends when the receiver is dropped.
     async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {

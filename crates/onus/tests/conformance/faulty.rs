@@ -224,6 +224,10 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.counts().await
     }
+    async fn database_time(&self) -> StoreResult<Timestamp> {
+        self.gate().await;
+        self.inner.database_time().await
+    }
     async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {
         self.gate().await;
         self.inner.listen().await

@@ -524,3 +524,58 @@ pub async fn regression_lease_waiters_wake_in_order(env: Env) {
     );
     running.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Item 9: a process whose clock runs ahead of the database's sees healthy leases as expired; it
+/// measures its offset and refuses to rescue, so a job that is still running is left alone.
+pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
+    let gauge = Arc::new(Gauge::default());
+    let options = || Options {
+        lease_ttl: Duration::from_secs(4),
+        heartbeat_interval: Duration::from_millis(200),
+        rescue_interval: Duration::from_millis(100),
+        ..fast_options()
+    };
+    // Both on real clocks; b's runs 5 s ahead, more than a lease.
+    let a = Onus::builder(env.store.clone())
+        .options(options())
+        .kind(hangs_first(&gauge))
+        .build()
+        .unwrap();
+    let b = Onus::builder(env.reopen().await)
+        .clock(onus::OffsetClock::new(chrono::TimeDelta::seconds(5)))
+        .options(options())
+        .kind(hangs_first(&gauge))
+        .build()
+        .unwrap();
+    let id = insert_id(&a.client(), NewJob::new("long", json!({}))).await;
+    let ra = a.start();
+    wait_until("attempt 1 runs", || async {
+        gauge.started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let rb = b.start();
+    wait_until("b measures its clock", || async {
+        b.database_clock_offset().is_some()
+    })
+    .await;
+    let offset = b.database_clock_offset().unwrap();
+    assert!(
+        (offset + chrono::TimeDelta::seconds(5)).abs() < chrono::TimeDelta::seconds(1),
+        "{offset}"
+    );
+    // Several of b's rescue passes go by while a renews its lease.
+    for _ in 0..3 {
+        let seen = env.job(id).await.lease_expires_at;
+        wait_until("a renews its lease", || async {
+            env.job(id).await.lease_expires_at != seen
+        })
+        .await;
+    }
+    let j = env.job(id).await;
+    assert_eq!(j.state, JobState::Running);
+    assert_eq!(j.lease_owner.as_deref(), Some(a.owner()));
+    assert!(j.errors.is_empty(), "rescued while alive: {:?}", j.errors);
+    assert_eq!(gauge.started.load(Ordering::SeqCst), 1);
+    rb.shutdown(Duration::from_secs(1)).await;
+    ra.shutdown(Duration::from_millis(100)).await;
+}

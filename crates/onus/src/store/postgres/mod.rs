@@ -1224,6 +1224,15 @@ impl Store for PostgresStore {
             .collect()
     }
 
+    async fn database_time(&self) -> StoreResult<Timestamp> {
+        let c = self.client().await?;
+        let row = c
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .map_err(q)?;
+        Ok(row.get(0))
+    }
+
     async fn listen(&self) -> StoreResult<Option<mpsc::UnboundedReceiver<Notice>>> {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(listen_loop(self.target.clone(), tx));

@@ -1,0 +1,118 @@
+//! Clock skew between this process and the database.
+//!
+//! Leases are written with one machine's clock and compared with another's, so clocks that
+//! disagree can rescue a job that is still running. Each process measures its offset to the
+//! database's clock (a read for measurement only: decisions still use the [`Clock`]) at start and
+//! with every rescue pass, warns above [`WARN_ABOVE`], shortens its own fence by the offset (a
+//! process whose clock runs behind writes leases that run out early), and refuses to rescue while
+//! its offset exceeds a fifth of a lease (its rescues could take jobs whose holders are alive).
+//!
+//! [`Clock`]: crate::Clock
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::TimeDelta;
+
+use super::Shared;
+
+/// Offsets above this are logged as a warning: keep clocks in sync (NTP).
+pub const WARN_ABOVE: Duration = Duration::from_secs(1);
+
+/// How long one measurement may take before it is given up.
+const MEASURE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One measurement: the database's clock minus this process's, and how unsure it is (half the
+/// round trip).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading {
+    pub(crate) offset: TimeDelta,
+    pub(crate) uncertainty: Duration,
+}
+
+impl Reading {
+    /// The most this process's clock may be off, either way.
+    pub(crate) fn worst(&self) -> Duration {
+        self.offset
+            .abs()
+            .to_std()
+            .unwrap_or(Duration::MAX)
+            .saturating_add(self.uncertainty)
+    }
+}
+
+/// The latest reading, and whether the last one was reported.
+#[derive(Debug, Default)]
+pub(crate) struct Skew {
+    latest: Mutex<Option<Reading>>,
+    warned: std::sync::atomic::AtomicBool,
+    refusing: std::sync::atomic::AtomicBool,
+}
+
+impl Skew {
+    pub(crate) fn latest(&self) -> Option<Reading> {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The largest offset at which this process still rescues: a fifth of a lease.
+    pub(crate) fn rescue_bound(shared: &Shared) -> Duration {
+        shared.options.lease_ttl / 5
+    }
+
+    /// Measures the offset now (no-op for a clock not meant to agree with the database's, such
+    /// as a manual clock in tests).
+    pub(crate) async fn measure(shared: &Shared) {
+        if !shared.clock.compare_with_database() {
+            return;
+        }
+        let before = shared.clock.now();
+        let started = Instant::now();
+        let db = match tokio::time::timeout(MEASURE_TIMEOUT, shared.store.database_time()).await {
+            Ok(Ok(t)) => t,
+            _ => return, // unreachable: the previous reading stands
+        };
+        let rtt = started.elapsed();
+        let local = crate::clock::add(before, rtt / 2);
+        let reading = Reading {
+            offset: db - local,
+            uncertainty: rtt / 2,
+        };
+        *shared.skew.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(reading);
+        use std::sync::atomic::Ordering::Relaxed;
+        let off = reading.offset.abs().to_std().unwrap_or(Duration::MAX);
+        let secs = reading.offset.num_milliseconds() as f64 / 1000.0;
+        if off > WARN_ABOVE {
+            if !shared.skew.warned.swap(true, Relaxed) {
+                tracing::warn!(
+                    offset_s = secs,
+                    "this machine's clock is {:.1} s {} the database's; keep clocks in sync (NTP)",
+                    secs.abs(),
+                    if secs > 0.0 { "behind" } else { "ahead of" }
+                );
+            }
+        } else if shared.skew.warned.swap(false, Relaxed) {
+            tracing::info!(
+                offset_s = secs,
+                "this machine's clock agrees with the database's again"
+            );
+        }
+    }
+
+    /// Whether rescues are safe now; says so once when that changes.
+    pub(crate) fn may_rescue(shared: &Shared) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let bound = Self::rescue_bound(shared);
+        let unsafe_now = shared.skew.latest().is_some_and(|r| r.worst() > bound);
+        if unsafe_now != shared.skew.refusing.swap(unsafe_now, Relaxed) {
+            if unsafe_now {
+                tracing::error!(
+                    "not rescuing jobs: this machine's clock is off from the database's by more than {}, so a lease that looks expired here may belong to a live process",
+                    crate::policy::human(bound)
+                );
+            } else {
+                tracing::info!("rescuing jobs again: the clocks agree");
+            }
+        }
+        !unsafe_now
+    }
+}
