@@ -229,7 +229,7 @@ async fn jobs_commands_list_show_retry_and_cancel() {
 }
 
 /// Reads `serve`'s log until it names the address it listens on.
-fn wait_for_listen(stderr: &mut impl BufRead) -> String {
+fn wait_for_listen(stderr: &mut impl BufRead, log: &mut String) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut line = String::new();
     while Instant::now() < deadline {
@@ -237,6 +237,7 @@ fn wait_for_listen(stderr: &mut impl BufRead) -> String {
         if stderr.read_line(&mut line).unwrap() == 0 {
             panic!("serve exited before listening");
         }
+        log.push_str(&line);
         if let Some(i) = line.find("listening on http://") {
             let rest = &line[i + "listening on http://".len()..];
             return rest
@@ -262,13 +263,19 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-/// Starts `onus serve` in `dir` with `env`, answers `GET /healthz`, and stops it with SIGTERM.
-fn serve_and_check(dir: &Path, env: &[(&str, &str)], database: &str) {
-    serve_while(dir, env, database, |_| {});
+/// Starts `onus serve` in `dir` with `env`, answers `GET /healthz`, and stops it with SIGTERM;
+/// returns everything it logged.
+fn serve_and_check(dir: &Path, env: &[(&str, &str)], database: &str) -> String {
+    serve_while(dir, env, database, |_| {})
 }
 
 /// Like `serve_and_check`, running `during` while the server is up.
-fn serve_while(dir: &Path, env: &[(&str, &str)], database: &str, during: impl FnOnce(&str)) {
+fn serve_while(
+    dir: &Path,
+    env: &[(&str, &str)],
+    database: &str,
+    during: impl FnOnce(&str),
+) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_onus"));
     cmd.current_dir(dir)
         .arg("serve")
@@ -283,7 +290,8 @@ fn serve_while(dir: &Path, env: &[(&str, &str)], database: &str, during: impl Fn
     }
     let mut child = cmd.spawn().unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let addr = wait_for_listen(&mut err);
+    let mut log = String::new();
+    let addr = wait_for_listen(&mut err, &mut log);
     let resp = http_get(&addr, "/healthz");
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     assert!(resp.contains("\"status\":\"ok\""), "{resp}");
@@ -302,6 +310,7 @@ fn serve_while(dir: &Path, env: &[(&str, &str)], database: &str, during: impl Fn
     err.read_to_string(&mut rest).unwrap();
     assert!(code.success(), "serve exits cleanly on SIGTERM: {rest}");
     assert!(rest.contains("stopped"), "{rest}");
+    log + &rest
 }
 
 #[test]
@@ -322,12 +331,19 @@ async fn serve_runs_unchanged_on_postgresql() {
         .await
         .unwrap();
     let d = dir.path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
+    // A password in the query string (the test cluster trusts every local login) never shows.
+    let url = format!("{url}?password=hunter2-never-logged");
+    let log = tokio::task::spawn_blocking(move || {
         serve_and_check(&d, &[("ONUS_DATABASE_URL", url.as_str())], "postgres")
     })
     .await
     .unwrap();
     assert!(!dir.path().join("onus.db").exists());
+    assert!(log.contains("postgres://postgres@127.0.0.1:"), "{log}");
+    assert!(
+        !log.contains("hunter2"),
+        "a password reached the log: {log}"
+    );
 }
 
 #[test]
