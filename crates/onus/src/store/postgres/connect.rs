@@ -214,13 +214,26 @@ fn tls_config(check: Check, rootcert: Option<&str>, shown: &str) -> StoreResult<
     let bad = |m: String| StoreError::BadUrl(format!("{shown}: {m}"));
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("cannot set up TLS: {e}")))?;
-    if check == Check::None {
-        return Ok(builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(provider())))
-            .with_no_client_auth());
-    }
+        .map_err(|e| bad(format!("cannot set up TLS: {e}")))?
+        .dangerous();
+    let webpki = match check {
+        Check::None => None,
+        Check::Ca | Check::Full => Some(webpki_verifier(rootcert, &bad)?),
+    };
+    Ok(builder
+        .with_custom_certificate_verifier(Arc::new(Verifier {
+            check,
+            webpki,
+            provider: provider(),
+        }))
+        .with_no_client_auth())
+}
+
+/// The verifier for `sslrootcert` (or libpq's default `~/.postgresql/root.crt`).
+fn webpki_verifier(
+    rootcert: Option<&str>,
+    bad: &dyn Fn(String) -> StoreError,
+) -> StoreResult<Arc<rustls::client::WebPkiServerVerifier>> {
     let path = match rootcert {
         Some(p) => std::path::PathBuf::from(p),
         None => {
@@ -251,32 +264,41 @@ fn tls_config(check: Check, rootcert: Option<&str>, shown: &str) -> StoreResult<
             path.display()
         )));
     }
-    let webpki =
-        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .map_err(|e| bad(format!("cannot use sslrootcert {}: {e}", path.display())))?;
-    let builder = builder.dangerous();
-    Ok(match check {
-        Check::Full => builder.with_custom_certificate_verifier(webpki),
-        _ => builder.with_custom_certificate_verifier(Arc::new(CaOnly(webpki))),
-    }
-    .with_no_client_auth())
+    rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| bad(format!("cannot use sslrootcert {}: {e}", path.display())))
 }
 
-/// `prefer` and `require`: encrypted, certificate not checked (libpq's meaning).
+/// Checks the server's certificate as `sslmode` says: not at all (`prefer`, `require`: encrypted
+/// only, libpq's meaning), its chain to `sslrootcert` (`verify-ca`: the name on it is not
+/// checked), or its chain and its name (`verify-full`). Handshake signatures are always checked.
 #[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
+struct Verifier {
+    check: Check,
+    webpki: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
 
-impl ServerCertVerifier for Unchecked {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
+        let Some(webpki) = self.webpki.as_ref().filter(|_| self.check != Check::None) else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                NotValidForName | NotValidForNameContext { .. },
+            )) if self.check == Check::Ca => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -289,7 +311,7 @@ impl ServerCertVerifier for Unchecked {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -303,60 +325,14 @@ impl ServerCertVerifier for Unchecked {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to `sslrootcert`; the name on the certificate is not checked.
-#[derive(Debug)]
-struct CaOnly(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl ServerCertVerifier for CaOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                NotValidForName | NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
