@@ -16,7 +16,13 @@ pub struct Cli {
     #[arg(long, env = "ONUS_CONFIG", global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Database URL: sqlite://path/to/onus.db (default sqlite://onus.db) or postgres://...
-    #[arg(long, env = "ONUS_DATABASE_URL", global = true, value_name = "URL")]
+    #[arg(
+        long,
+        env = "ONUS_DATABASE_URL",
+        hide_env_values = true,
+        global = true,
+        value_name = "URL"
+    )]
     pub database_url: Option<String>,
     #[command(subcommand)]
     pub command: Command,

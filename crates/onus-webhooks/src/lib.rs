@@ -311,8 +311,8 @@ impl std::fmt::Debug for Webhooks {
     }
 }
 
-/// A new endpoint.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A new endpoint. Its `Debug` output hides the secret.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewEndpoint {
     /// Where deliveries go (`https://...`).
@@ -326,6 +326,17 @@ pub struct NewEndpoint {
     /// A note.
     #[serde(default)]
     pub description: String,
+}
+
+impl std::fmt::Debug for NewEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewEndpoint")
+            .field("url", &self.url)
+            .field("event_types", &self.event_types)
+            .field("secret", &self.secret.as_ref().map(|_| "(hidden)"))
+            .field("description", &self.description)
+            .finish()
+    }
 }
 
 impl Webhooks {

@@ -168,7 +168,7 @@ both!(
     regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print,
 );
 
-/// Item 4: a 2xx answer whose body holds a NUL (PostgreSQL's TEXT refuses it) is one successful
+/// A 2xx answer whose body holds a NUL (PostgreSQL's TEXT refuses it) is one successful
 /// delivery, recorded, and the endpoint's health is updated.
 async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: &str) {
     let sink = HttpSink::start(|_, n| {
@@ -211,7 +211,7 @@ async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: &str) {
     w.stop().await;
 }
 
-/// Item 14: an endpoint's `Debug` hides its secrets; an oversized or NUL-holding payload is
+/// An endpoint's `Debug` hides its secrets; an oversized or NUL-holding payload is
 /// refused with what to fix, and nothing is stored.
 async fn regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print(
     backend: &str,

@@ -51,6 +51,8 @@ pub(crate) struct Snapshot {
     pub(crate) job: HeldJob,
     pub(crate) serial: u64,
     pub(crate) renewed: Instant,
+    /// Its outcome is queued: renewed, but never fenced.
+    pub(crate) finishing: bool,
 }
 
 /// In-process signals shared by the client and the workers.
@@ -165,6 +167,7 @@ impl Hub {
                 },
                 serial: e.serial,
                 renewed: e.renewed,
+                finishing: e.finishing,
             })
             .collect()
     }

@@ -28,11 +28,10 @@ pub(crate) const PERIODIC_LEADER: &str = "onus.periodic";
 
 /// How long a held job may go without a renewal reaching the database before this process must
 /// assume another process will rescue it: three quarters of a lease, less this process's measured
-/// clock offset (see [`super::skew`]), and never less than a quarter of a lease.
+/// clock offset (see [`super::skew`]).
 pub(crate) fn fence_after(shared: &Shared) -> Duration {
-    let ttl = shared.options.lease_ttl;
     let skew = shared.skew.latest().map_or(Duration::ZERO, |r| r.worst());
-    ttl.mul_f64(0.75).saturating_sub(skew).max(ttl / 4)
+    shared.options.lease_ttl.mul_f64(0.75).saturating_sub(skew)
 }
 
 /// Renews the leases of the jobs this process holds and delivers cancel requests made elsewhere.
@@ -57,11 +56,18 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
         }
         fence(&shared, fence_after);
         let held = shared.hub.snapshot();
-        let Some(oldest) = held.iter().map(|h| h.renewed).min() else {
+        if held.is_empty() {
             continue;
-        };
-        let deadline = oldest + fence_after;
+        }
         let started = Instant::now();
+        // The deadline of the oldest job that can still be fenced; jobs whose outcome is queued
+        // are renewed too but never fenced (their attempt is over).
+        let deadline = held
+            .iter()
+            .filter(|h| !h.finishing)
+            .map(|h| h.renewed + fence_after)
+            .min()
+            .unwrap_or(started + fence_after);
         let until = add(shared.clock.now(), shared.options.lease_ttl);
         let jobs: Vec<HeldJob> = held.iter().map(|h| h.job).collect();
         let renewal = tokio::time::timeout_at(
@@ -76,14 +82,17 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
                     tracing::info!("renewing job leases again");
                 }
                 failing = false;
-                let renewed: Vec<(JobId, u64)> =
-                    r.renewed.iter().map(|id| (*id, serial[id])).collect();
+                let renewed: Vec<(JobId, u64)> = r
+                    .renewed
+                    .iter()
+                    .filter_map(|id| serial.get(id).map(|s| (*id, *s)))
+                    .collect();
                 shared.hub.renewed(&renewed, started);
                 for id in r.cancel {
                     shared.hub.cancel_running(id);
                 }
                 for id in r.lost {
-                    if shared.hub.lose(id, serial[&id]) {
+                    if serial.get(&id).is_some_and(|s| shared.hub.lose(id, *s)) {
                         tracing::warn!(
                             job = id,
                             "stopped an attempt: its lease is no longer this process's (rescued elsewhere)"

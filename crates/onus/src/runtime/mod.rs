@@ -84,6 +84,55 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// Checks that the intervals make sense together; the error says what to change.
+    pub fn validate(&self) -> Result<(), BuildError> {
+        let bad = |m: String| Err(BuildError::Invalid(m));
+        let day = Duration::from_secs(86_400);
+        if self.lease_ttl < Duration::from_millis(100) || self.lease_ttl > day {
+            return bad(format!(
+                "lease_ttl must be from 100ms to 1 day; got {}",
+                policy::human(self.lease_ttl)
+            ));
+        }
+        if self.heartbeat_interval.is_zero()
+            || self.heartbeat_interval >= self.lease_ttl.mul_f64(0.75)
+        {
+            return bad(format!(
+                "heartbeat_interval ({}) must be shorter than three quarters of lease_ttl ({}), or every long attempt is dropped by the fence; a tenth of it is usual",
+                policy::human(self.heartbeat_interval),
+                policy::human(self.lease_ttl)
+            ));
+        }
+        for (name, d) in [
+            ("poll_interval", self.poll_interval),
+            ("rescue_interval", self.rescue_interval),
+            ("maintenance_interval", self.maintenance_interval),
+            ("leader_ttl", self.leader_ttl),
+            ("prune_interval", self.prune_interval),
+            ("cancel_grace", self.cancel_grace),
+            ("periodic_catch_up", self.periodic_catch_up),
+        ] {
+            if d > day {
+                return bad(format!(
+                    "{name} must be at most 1 day; got {}",
+                    policy::human(d)
+                ));
+            }
+        }
+        if self.poll_interval.is_zero()
+            || self.rescue_interval.is_zero()
+            || self.maintenance_interval.is_zero()
+        {
+            return bad(
+                "poll_interval, rescue_interval and maintenance_interval must be longer than zero"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// What went wrong while building the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -222,6 +271,7 @@ impl Builder {
 
     /// Checks the set-up and builds the runtime (not started yet).
     pub fn build(mut self) -> Result<Onus, BuildError> {
+        self.options.validate()?;
         for (kind, o) in std::mem::take(&mut self.overrides) {
             let k = self
                 .kinds

@@ -4,8 +4,9 @@
 //! disagree can rescue a job that is still running. Each process measures its offset to the
 //! database's clock (a read for measurement only: decisions still use the [`Clock`]) at start and
 //! with every rescue pass, warns above [`WARN_ABOVE`], shortens its own fence by the offset (a
-//! process whose clock runs behind writes leases that run out early), and refuses to rescue while
-//! its offset exceeds a fifth of a lease (its rescues could take jobs whose holders are alive).
+//! process whose clock runs behind writes leases that run out early), and while its offset
+//! (with the measurement's uncertainty) exceeds a fifth of a lease neither rescues (its rescues
+//! could take jobs whose holders are alive) nor claims (its leases would be misread).
 //!
 //! [`Clock`]: crate::Clock
 
@@ -98,6 +99,12 @@ impl Skew {
         }
     }
 
+    /// Whether this process's clock is within the bound (or not measured yet).
+    pub(crate) fn within_bound(shared: &Shared) -> bool {
+        let bound = Self::rescue_bound(shared);
+        !shared.skew.latest().is_some_and(|r| r.worst() > bound)
+    }
+
     /// Whether rescues are safe now; says so once when that changes.
     pub(crate) fn may_rescue(shared: &Shared) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
@@ -106,11 +113,11 @@ impl Skew {
         if unsafe_now != shared.skew.refusing.swap(unsafe_now, Relaxed) {
             if unsafe_now {
                 tracing::error!(
-                    "not rescuing jobs: this machine's clock is off from the database's by more than {}, so a lease that looks expired here may belong to a live process",
+                    "not claiming or rescuing jobs: this machine's clock is off from the database's by more than {}, so its leases would be misread (a lease that looks expired here may belong to a live process)",
                     crate::policy::human(bound)
                 );
             } else {
-                tracing::info!("rescuing jobs again: the clocks agree");
+                tracing::info!("claiming and rescuing jobs again: the clocks agree");
             }
         }
         !unsafe_now

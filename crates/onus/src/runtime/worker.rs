@@ -52,6 +52,15 @@ pub(crate) async fn run_queue(
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = stop.cancelled() => break,
         };
+        // A clock far off the database's writes leases others misread: take none until it agrees.
+        if !super::skew::Skew::within_bound(&shared) {
+            drop(first);
+            tokio::select! {
+                _ = tokio::time::sleep(shared.options.poll_interval) => {}
+                _ = stop.cancelled() => break,
+            }
+            continue;
+        }
         let mut permits = vec![first];
         while permits.len() < batch {
             match slots.clone().try_acquire_owned() {
@@ -252,11 +261,15 @@ async fn execute(
     if let Some(key) = &job.lease_key {
         let now = shared.clock.now();
         let until = add(now, shared.options.lease_ttl);
-        match shared
-            .store
-            .acquire_lease(key, kind.lease_slots, &job, &shared.owner, now, until)
-            .await
-        {
+        let decision = tokio::select! {
+            biased;
+            // Lost while waiting for the key: whatever the store did, a rescuer releases it.
+            _ = hold.lost.cancelled() => return,
+            d = shared
+                .store
+                .acquire_lease(key, kind.lease_slots, &job, &shared.owner, now, until) => d,
+        };
+        match decision {
             Ok(LeaseDecision::Acquired) => release_lease = Some(key.clone()),
             Ok(LeaseDecision::Busy(_)) => {
                 // The store snoozed the job in the same write; it wakes when a slot frees.
@@ -276,6 +289,9 @@ async fn execute(
         }
     }
 
+    if hold.lost.is_cancelled() {
+        return; // fenced before it could start
+    }
     let job = Arc::new(job);
     let ctx = JobContext {
         job: job.clone(),
@@ -296,13 +312,21 @@ async fn execute(
             Some(AttemptEnd::TimedOut(timeout))
         }
         _ = cancel.cancelled() => {
-            match tokio::time::timeout(shared.options.cancel_grace, &mut handle).await {
-                Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
-                Ok(_) => Some(AttemptEnd::Cancelled),
-                Err(_) => {
+            tokio::select! {
+                biased;
+                _ = hold.lost.cancelled() => {
                     handle.abort();
-                    Some(AttemptEnd::Cancelled)
+                    tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+                    return;
                 }
+                r = tokio::time::timeout(shared.options.cancel_grace, &mut handle) => match r {
+                    Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
+                    Ok(_) => Some(AttemptEnd::Cancelled),
+                    Err(_) => {
+                        handle.abort();
+                        Some(AttemptEnd::Cancelled)
+                    }
+                },
             }
         }
         _ = hard.cancelled() => {
@@ -384,70 +408,102 @@ pub(crate) fn finish_of(
 /// How many times one outcome that the database refuses on its own is written again before it
 /// is given up (its lease then runs out and the rescuer counts the attempt as lost).
 const MAX_STRIKES: u32 = 3;
+/// After this many failed batch writes in a row, even ones that look transient, the outcomes are
+/// written one by one to find any that fail alone.
+const SPLIT_AFTER: u32 = 3;
+/// The most outcomes written in one batch.
+const BATCH: usize = 512;
 
 /// Records outcomes in batches. A write the database cannot take now is tried again (the job
-/// layer owns its own persistence); a batch the database refuses is written item by item, so one
-/// bad outcome never holds up the others, and an outcome refused on its own is given up after a
-/// few tries rather than retried forever. If the process dies first, the rescuer finds the jobs by
-/// their expired leases. Once `abandon` fires (shutdown ran out of time) nothing more is tried.
+/// layer owns its own persistence), and outcomes that arrive meanwhile join the next try. A batch
+/// that the database refuses, or that keeps failing, is written item by item, so one bad outcome
+/// never holds up the others; an outcome that fails on its own while others are written is given
+/// up after a few tries rather than retried forever. If the process dies first, the rescuer finds
+/// the jobs by their expired leases. Once `abandon` fires (shutdown ran out of time) nothing more
+/// is tried.
 pub(crate) async fn finisher(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<Outcome>,
     abandon: CancellationToken,
 ) {
-    let mut batch: Vec<Outcome> = Vec::with_capacity(512);
+    let mut pending: Vec<Outcome> = Vec::with_capacity(BATCH);
     let mut strikes: HashMap<(crate::job::JobId, u32), u32> = HashMap::new();
-    while rx.recv_many(&mut batch, 512).await > 0 {
-        let mut pending = std::mem::take(&mut batch);
-        let mut tries = 0u32;
-        while !pending.is_empty() {
-            let finishes: Vec<Finish> = pending.iter().map(|o| o.finish.clone()).collect();
-            let err = match shared.store.finish(finishes).await {
-                Ok(applied) => {
-                    recorded(&shared, &pending, &applied);
-                    break;
-                }
-                Err(e) => e,
-            };
-            if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
-                give_up(&shared, &pending, &err);
-                break;
+    let mut failures = 0u32;
+    loop {
+        if pending.is_empty() {
+            failures = 0;
+            if rx.recv_many(&mut pending, BATCH).await == 0 {
+                return;
             }
-            tries += 1;
-            if err.is_transient() {
-                if tries == 1 {
-                    tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
+        } else {
+            while pending.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(o) => pending.push(o),
+                    Err(_) => break,
                 }
-            } else {
-                // Refused by the database: one by one, so the others are written.
-                let mut kept = Vec::new();
-                for o in pending {
-                    match shared.store.finish(vec![o.finish.clone()]).await {
-                        Ok(applied) => recorded(&shared, std::slice::from_ref(&o), &applied),
-                        Err(e) if e.is_transient() && !abandon.is_cancelled() => kept.push(o),
-                        Err(e) => {
-                            let key = (o.finish.id, o.finish.attempt);
-                            let n = strikes.entry(key).or_insert(0);
-                            *n += 1;
-                            if *n >= MAX_STRIKES || abandon.is_cancelled() {
-                                strikes.remove(&key);
-                                give_up(&shared, std::slice::from_ref(&o), &e);
-                            } else {
-                                tracing::warn!(job = o.finish.id, error = %e, "the database refused a job's outcome; trying again");
-                                kept.push(o);
-                            }
-                        }
+            }
+        }
+        let finishes: Vec<Finish> = pending.iter().map(|o| o.finish.clone()).collect();
+        let err = match shared.store.finish(finishes).await {
+            Ok(applied) => {
+                recorded(&shared, &pending, &applied);
+                if !strikes.is_empty() {
+                    for o in &pending {
+                        strikes.remove(&(o.finish.id, o.finish.attempt));
                     }
                 }
-                pending = kept;
-                if pending.is_empty() {
-                    break;
+                pending.clear();
+                continue;
+            }
+            Err(e) => e,
+        };
+        if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
+            give_up(&shared, &pending, &err);
+            pending.clear();
+            continue;
+        }
+        failures += 1;
+        if failures == 1 {
+            tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
+        }
+        if !err.is_transient() || failures >= SPLIT_AFTER {
+            // One by one: what can be written is, and an outcome that fails while others are
+            // written (or that the database refuses) is struck.
+            let mut failed = Vec::new();
+            let mut any_written = false;
+            for o in std::mem::take(&mut pending) {
+                match shared.store.finish(vec![o.finish.clone()]).await {
+                    Ok(applied) => {
+                        strikes.remove(&(o.finish.id, o.finish.attempt));
+                        recorded(&shared, std::slice::from_ref(&o), &applied);
+                        any_written = true;
+                    }
+                    Err(e) => failed.push((o, e)),
                 }
             }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = abandon.cancelled() => {}
+            for (o, e) in failed {
+                if e.is_transient() && !any_written && !abandon.is_cancelled() {
+                    pending.push(o); // the database is away: wait for it
+                    continue;
+                }
+                let key = (o.finish.id, o.finish.attempt);
+                let n = strikes.entry(key).or_insert(0);
+                *n += 1;
+                if *n >= MAX_STRIKES || abandon.is_cancelled() {
+                    strikes.remove(&key);
+                    give_up(&shared, std::slice::from_ref(&o), &e);
+                } else {
+                    tracing::warn!(job = o.finish.id, error = %e, "a job's outcome could not be written; trying again");
+                    pending.push(o);
+                }
             }
+            if pending.is_empty() {
+                continue;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = abandon.cancelled() => {}
         }
     }
 }

@@ -682,7 +682,8 @@ pub async fn open(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
         ))
     } else {
         Err(StoreError::BadUrl(format!(
-            "database URL {url:?} is not understood; use sqlite://path/to/onus.db (or postgres://user@host/db)"
+            "the database URL {} is not understood; use sqlite://path/to/onus.db (or postgres://user@host/db)",
+            postgres::redact_any(url)
         )))
     }
 }

@@ -195,6 +195,7 @@ pub async fn a_cancel_requested_elsewhere_wins_over_a_failed_attempt(env: Env) {
         .builder()
         .options(onus::Options {
             heartbeat_interval: Duration::from_secs(3600),
+            lease_ttl: Duration::from_secs(3 * 3600),
             ..crate::harness::fast_options()
         })
         .kind(Kind::new("stubborn").handler(move |_ctx: JobContext| {

@@ -19,6 +19,8 @@ pub struct Faults {
     pub lose_claim_replies: AtomicU32,
     /// A finish batch holding any of these jobs is refused by "the database".
     pub refuse_finish_of: Mutex<HashSet<JobId>>,
+    /// How many finish batches were refused so.
+    pub refused: AtomicU32,
     /// Every call hangs.
     pub hang_all: AtomicBool,
     /// The ids passed to each bulk retry and cancel (`None`: no id list, the whole filter).
@@ -88,6 +90,7 @@ impl Store for Faulty {
             batch.iter().any(|f| r.contains(&f.id))
         };
         if refused {
+            self.faults.refused.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Query(
                 "ERROR: the database refused this outcome".into(),
             ));

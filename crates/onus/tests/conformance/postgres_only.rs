@@ -559,7 +559,7 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
     assert!(!text.contains("Seq Scan on onus_jobs"), "{text}");
 }
 
-/// Item 1, end to end: a process whose database connection freezes (a proxy that stops
+/// A process whose database connection freezes (a proxy that stops
 /// forwarding: no error, no reset, only silence) drops its attempt before the lease runs out, so
 /// the rescuer's attempt in another process never runs beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -655,7 +655,7 @@ async fn regression_a_frozen_connection_never_runs_an_attempt_beside_the_rescuer
     ra.shutdown(Duration::from_secs(1)).await;
 }
 
-/// Item 13: two finishers whose batches release the same lease keys in opposite orders take the
+/// Two finishers whose batches release the same lease keys in opposite orders take the
 /// keys' locks in one order, so they cannot deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_finishers_take_lease_key_locks_in_one_order() {

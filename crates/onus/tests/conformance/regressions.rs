@@ -1,5 +1,5 @@
-//! Regressions: each test reproduces a defect found in review (a hung renewal, an orphaned
-//! running row, a NUL that wedged the finisher, ...) and fails without its fix.
+//! Regressions: each test reproduces a defect (a hung renewal, an orphaned running row, a NUL
+//! that wedged the finisher, ...) and fails without its fix.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -62,7 +62,7 @@ fn short_lease() -> Options {
     }
 }
 
-/// Item 1: a renewal that never answers trips the fence, so a rescuer elsewhere never runs the job
+/// A renewal that never answers trips the fence, so a rescuer elsewhere never runs the job
 /// beside the attempt that hung.
 pub async fn regression_hung_heartbeat_trips_the_fence(env: Env) {
     let gauge = Arc::new(Gauge::default());
@@ -112,7 +112,7 @@ pub async fn regression_hung_heartbeat_trips_the_fence(env: Env) {
     rb.shutdown(Duration::from_secs(1)).await;
 }
 
-/// Item 2: a claim whose reply was lost after its commit leaves a `running` row this process
+/// A claim whose reply was lost after its commit leaves a `running` row this process
 /// does not know; its lease is not renewed, so it runs out and the job is rescued.
 pub async fn regression_a_lost_claim_reply_is_rescued(env: Env) {
     let (faulty, faults) = Faulty::wrap(env.store.clone());
@@ -157,7 +157,7 @@ pub async fn regression_a_lost_claim_reply_is_rescued(env: Env) {
     running.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Item 2: a renewal that finds a held job no longer leased here (rescued, claimed elsewhere)
+/// A renewal that finds a held job no longer leased here (rescued, claimed elsewhere)
 /// stops that attempt at once and writes nothing for it.
 pub async fn regression_a_lease_lost_elsewhere_stops_the_attempt_at_once(env: Env) {
     let gauge = Arc::new(Gauge::default());
@@ -225,7 +225,7 @@ pub async fn regression_a_lease_lost_elsewhere_stops_the_attempt_at_once(env: En
     );
 }
 
-/// Item 3: an error message with a NUL (PostgreSQL's jsonb refuses `\u0000`) or of any length is
+/// An error message with a NUL (PostgreSQL's jsonb refuses `\u0000`) or of any length is
 /// stored cleaned and bounded, and never holds up another job's outcome.
 pub async fn regression_a_nul_in_an_error_never_wedges_other_outcomes(env: Env) {
     let onus = env
@@ -259,28 +259,35 @@ pub async fn regression_a_nul_in_an_error_never_wedges_other_outcomes(env: Env) 
     running.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Item 3: when the database refuses a batch of outcomes, the others in it are written one by
-/// one, and the refused one is not tried forever.
+/// When the database refuses an outcome, the outcomes after it are still written (they join the
+/// retries and are written one by one), and the refused one is not tried forever.
 pub async fn regression_a_refused_outcome_does_not_hold_up_the_others(env: Env) {
     let (faulty, faults) = Faulty::wrap(env.store.clone());
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let g = gate.clone();
-    let onus = Onus::builder(faulty)
-        .clock(env.clock.clone())
-        .options(fast_options())
-        .kind(Kind::new("k").handler(move |_c: JobContext| {
+    let gated = |name: &str, gate: &Arc<tokio::sync::Semaphore>| {
+        let g = gate.clone();
+        Kind::new(name).handler(move |_c: JobContext| {
             let g = g.clone();
             async move {
                 g.acquire().await.map(|p| p.forget()).ok();
                 Ok(())
             }
-        }))
+        })
+    };
+    let (bad_gate, good_gate) = (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(tokio::sync::Semaphore::new(0)),
+    );
+    let onus = Onus::builder(faulty)
+        .clock(env.clock.clone())
+        .options(fast_options())
+        .kind(gated("bad", &bad_gate))
+        .kind(gated("good", &good_gate))
         .build()
         .unwrap();
     let client = onus.client();
-    let poison = insert_id(&client, NewJob::new("k", json!({}))).await;
+    let poison = insert_id(&client, NewJob::new("bad", json!({}))).await;
     let good: Vec<_> = client
-        .insert_many((0..5).map(|_| NewJob::new("k", json!({}))).collect())
+        .insert_many((0..5).map(|_| NewJob::new("good", json!({}))).collect())
         .await
         .unwrap()
         .into_iter()
@@ -291,7 +298,12 @@ pub async fn regression_a_refused_outcome_does_not_hold_up_the_others(env: Env) 
     for id in good.iter().chain([&poison]) {
         env.wait_state(*id, JobState::Running).await;
     }
-    gate.add_permits(6); // all six end together: one batch
+    bad_gate.add_permits(1);
+    wait_until("the bad outcome is refused", || async {
+        faults.refused.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    good_gate.add_permits(5); // their outcomes queue behind the refused one
     for id in &good {
         env.wait_state(*id, JobState::Completed).await;
     }
@@ -307,7 +319,7 @@ pub async fn regression_a_refused_outcome_does_not_hold_up_the_others(env: Env) 
         assert!(tokio::time::Instant::now() < deadline, "stuck: {j:?}");
         if j.state == JobState::Retryable {
             env.clock.advance_to(j.run_at);
-            gate.add_permits(1);
+            bad_gate.add_permits(1);
         } else {
             env.clock.advance(Duration::from_secs(31));
         }
@@ -316,7 +328,7 @@ pub async fn regression_a_refused_outcome_does_not_hold_up_the_others(env: Env) 
     running.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Item 5: a bulk retry over finished jobs sharing a unique key retries the newest of them and
+/// A bulk retry over finished jobs sharing a unique key retries the newest of them and
 /// reports the others, instead of failing whole.
 pub async fn regression_bulk_retry_with_shared_unique_keys(env: Env) {
     let client = env.client();
@@ -359,7 +371,7 @@ pub async fn regression_bulk_retry_with_shared_unique_keys(env: Env) {
     assert_eq!(env.job(other).await.state, JobState::Available);
 }
 
-/// Item 11: a retention longer than the calendar can hold prunes nothing (it once pruned
+/// A retention longer than the calendar can hold prunes nothing (it once pruned
 /// everything on SQLite and panicked on PostgreSQL).
 pub async fn regression_huge_retention_prunes_nothing(env: Env) {
     let client = env.client();
@@ -395,7 +407,7 @@ pub async fn regression_huge_retention_prunes_nothing(env: Env) {
     assert_eq!(n, 0);
 }
 
-/// Item 12: bulk cancel and retry run in chunks, never as one unbounded statement.
+/// Bulk cancel and retry run in chunks, never as one unbounded statement.
 pub async fn regression_bulk_actions_run_in_chunks(env: Env) {
     let (faulty, faults) = Faulty::wrap(env.store.clone());
     let client = Onus::builder(faulty)
@@ -426,7 +438,7 @@ pub async fn regression_bulk_actions_run_in_chunks(env: Env) {
     assert_eq!(env.count(JobState::Available).await, 2500);
 }
 
-/// Item 13: shutdown is bounded by its grace period (plus the write-back) even when every store
+/// Shutdown is bounded by its grace period (plus the write-back) even when every store
 /// call hangs.
 pub async fn regression_shutdown_is_bounded_when_the_store_hangs(env: Env) {
     let (faulty, faults) = Faulty::wrap(env.store.clone());
@@ -454,7 +466,7 @@ pub async fn regression_shutdown_is_bounded_when_the_store_hangs(env: Env) {
     );
 }
 
-/// Item 7: waiters behind one busy lease key wake one at a time, not all at the holder's
+/// Waiters behind one busy lease key wake one at a time, not all at the holder's
 /// `busy_until` as a herd that finds the key busy again (30 jobs once took 148 snoozes).
 pub async fn regression_lease_waiters_wake_in_order(env: Env) {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -525,7 +537,7 @@ pub async fn regression_lease_waiters_wake_in_order(env: Env) {
     running.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Item 9: a process whose clock runs ahead of the database's sees healthy leases as expired; it
+/// A process whose clock runs ahead of the database's sees healthy leases as expired; it
 /// measures its offset and refuses to rescue, so a job that is still running is left alone.
 pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
     let gauge = Arc::new(Gauge::default());

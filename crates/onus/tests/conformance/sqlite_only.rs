@@ -141,7 +141,7 @@ async fn tags(env: &Env) -> Vec<String> {
     t
 }
 
-/// Item 6: when SQLite rolls a whole transaction back (here SQLITE_FULL on a one-row insert, which
+/// When SQLite rolls a whole transaction back (here SQLITE_FULL on a one-row insert, which
 /// has no statement journal), no write of that batch is reported done, and none runs after it in
 /// autocommit mode: what a caller is told always matches what is in the database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +204,7 @@ async fn regression_a_rolled_back_transaction_fails_its_whole_batch() {
         .unwrap();
 }
 
-/// Item 10: a panic inside a write is that write's error; the writer thread and the store live on.
+/// A panic inside a write is that write's error; the writer thread and the store live on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_panic_in_a_write_is_contained() {
     let env = Env::new(Backend::Sqlite).await;
@@ -223,7 +223,7 @@ async fn regression_a_panic_in_a_write_is_contained() {
         .unwrap();
 }
 
-/// Item 13: another process holding the write lock long makes every queued write fail together
+/// Another process holding the write lock long makes every queued write fail together
 /// after one busy timeout, not one per busy timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_long_external_lock_fails_queued_writes_together() {

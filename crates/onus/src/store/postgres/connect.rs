@@ -116,6 +116,11 @@ fn shown(config: &tokio_postgres::Config, sslmode: Option<&str>) -> String {
     s
 }
 
+/// Shows any URL-like string with everything between `://` and `@`, and its query, hidden.
+pub fn redact_any(url: &str) -> String {
+    crude_redact(url)
+}
+
 /// Shows a database URL without its password; a URL that is not PostgreSQL's is returned as is.
 pub fn redact(url: &str) -> String {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
@@ -136,8 +141,14 @@ pub(crate) fn parse(url: &str) -> StoreResult<Target> {
     };
     let mut sslmode: Option<String> = None;
     let mut rootcert: Option<String> = None;
-    let mut rest = url::form_urlencoded::Serializer::new(String::new());
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+    // Every other parameter goes to the driver exactly as written (re-encoding would change how
+    // it decodes them: `+`, `%20`).
+    let mut rest: Vec<&str> = Vec::new();
+    for piece in query.split('&').filter(|p| !p.is_empty()) {
+        let Some((k, v)) = url::form_urlencoded::parse(piece.as_bytes()).next() else {
+            rest.push(piece);
+            continue;
+        };
         match k.as_ref() {
             "sslmode" => sslmode = Some(v.into_owned()),
             "sslrootcert" => rootcert = Some(v.into_owned()),
@@ -146,16 +157,13 @@ pub(crate) fn parse(url: &str) -> StoreResult<Target> {
                     "{fallback}: client certificates ({k}) are not supported; authenticate with a password instead"
                 )))
             }
-            _ => {
-                rest.append_pair(&k, &v);
-            }
+            _ => rest.push(piece),
         }
     }
-    let rest = rest.finish();
     let driver_url = if rest.is_empty() {
         base.to_string()
     } else {
-        format!("{base}?{rest}")
+        format!("{base}?{}", rest.join("&"))
     };
     let mut config = tokio_postgres::Config::from_str(&driver_url).map_err(|e| {
         StoreError::BadUrl(format!(

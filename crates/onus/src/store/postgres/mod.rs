@@ -26,7 +26,7 @@ use crate::clock::Timestamp;
 use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId, JobState};
 use crate::outcome::Transition;
 
-pub use connect::redact;
+pub use connect::{redact, redact_any};
 pub use deadpool_postgres;
 pub use tokio_postgres;
 

@@ -356,8 +356,10 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize) {
                 // The transaction is gone: what ran before it was undone, and anything run now
                 // would commit alone. Fail the batch with the error that ended it.
                 let why = own.unwrap_or_else(|| "a write ended the transaction".into());
+                // Transient for the others in the batch: they did nothing wrong, and may succeed
+                // in the next one (the write that caused it keeps its own error).
                 Some(BatchError {
-                    transient: false,
+                    transient: true,
                     message: format!("the write transaction was rolled back by SQLite ({why}); nothing in this batch was written"),
                 })
             } else {
