@@ -53,7 +53,7 @@ async fn ssl_in_use(store: &Arc<dyn onus::Store>) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sslmode_has_libpq_meaning_and_passwords_never_reach_a_log_line() {
+async fn regression_sslmode_has_libpq_meaning_and_passwords_never_reach_a_log_line() {
     let log = capture_logs();
     let pg = PgCluster::start_tls().unwrap();
     let url = pg.fresh_database().await.unwrap();

@@ -102,7 +102,7 @@ impl Skew {
     /// Whether this process's clock is within the bound (or not measured yet).
     pub(crate) fn within_bound(shared: &Shared) -> bool {
         let bound = Self::rescue_bound(shared);
-        !shared.skew.latest().is_some_and(|r| r.worst() > bound)
+        shared.skew.latest().is_none_or(|r| r.worst() <= bound)
     }
 
     /// Whether rescues are safe now; says so once when that changes.

@@ -97,9 +97,18 @@ pub(crate) async fn run_queue(
         };
         let got = claimed.len();
         // A claim that answered after most of a lease: the leases may run out before a renewal
-        // reaches the database, so these jobs are left to the rescuer instead of run here.
+        // reaches the database, so these jobs are handed back unstarted (a guarded write: if a
+        // rescuer took one meanwhile, it stays the rescuer's) instead of run here.
         let claimed = if started.elapsed() >= super::maintenance::fence_after(&shared) {
-            tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; leaving them to the rescuer");
+            tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; handing them back");
+            for job in &claimed {
+                let _ = finish.send(Outcome::unheld(finish_of(
+                    &shared,
+                    job,
+                    Transition::Return,
+                    None,
+                )));
+            }
             Vec::new()
         } else {
             claimed
