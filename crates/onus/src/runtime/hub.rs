@@ -61,6 +61,8 @@ pub(crate) struct Hub {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
     held: Mutex<HashMap<JobId, Entry>>,
     serial: AtomicU64,
+    /// When a write of this process (a renewal, an outcome) last reached the database.
+    answered: Mutex<Option<Instant>>,
 }
 
 impl Hub {
@@ -97,6 +99,19 @@ impl Hub {
             }
             None => false,
         }
+    }
+
+    /// Notes that a write just reached the database.
+    pub(crate) fn store_answered(&self) {
+        *self.answered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether a write reached the database after `since`.
+    pub(crate) fn store_answered_since(&self, since: Instant) -> bool {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t > since)
     }
 
     /// How many jobs this process holds.

@@ -78,6 +78,7 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, stop: CancellationToken) {
         let serial: HashMap<JobId, u64> = held.iter().map(|h| (h.job.id, h.serial)).collect();
         match renewal {
             Ok(Ok(r)) => {
+                shared.hub.store_answered();
                 if failing {
                     tracing::info!("renewing job leases again");
                 }

@@ -95,11 +95,9 @@ impl Options {
                 policy::human(self.lease_ttl)
             ));
         }
-        if self.heartbeat_interval.is_zero()
-            || self.heartbeat_interval >= self.lease_ttl.mul_f64(0.75)
-        {
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval > self.lease_ttl / 2 {
             return bad(format!(
-                "heartbeat_interval ({}) must be shorter than three quarters of lease_ttl ({}), or every long attempt is dropped by the fence; a tenth of it is usual",
+                "heartbeat_interval ({}) must be at most half of lease_ttl ({}), or long attempts are dropped by the fence; a tenth of it is usual",
                 policy::human(self.heartbeat_interval),
                 policy::human(self.lease_ttl)
             ));

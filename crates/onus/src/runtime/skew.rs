@@ -11,7 +11,7 @@
 //! [`Clock`]: crate::Clock
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::TimeDelta;
 
@@ -43,14 +43,32 @@ impl Reading {
 }
 
 /// The latest reading, and whether the last one was reported.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Skew {
     latest: Mutex<Option<Reading>>,
     warned: std::sync::atomic::AtomicBool,
     refusing: std::sync::atomic::AtomicBool,
+    /// Becomes true once the first measurement was tried (whatever its outcome).
+    tried: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Skew {
+    fn default() -> Self {
+        Skew {
+            latest: Mutex::default(),
+            warned: Default::default(),
+            refusing: Default::default(),
+            tried: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl Skew {
+    /// Resolves once the first measurement was tried.
+    pub(crate) async fn measured(&self) {
+        let _ = self.tried.subscribe().wait_for(|t| *t).await;
+    }
+
     pub(crate) fn latest(&self) -> Option<Reading> {
         *self.latest.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -63,20 +81,10 @@ impl Skew {
     /// Measures the offset now (no-op for a clock not meant to agree with the database's, such
     /// as a manual clock in tests).
     pub(crate) async fn measure(shared: &Shared) {
-        if !shared.clock.compare_with_database() {
+        let r = Self::read(shared).await;
+        shared.skew.tried.send_replace(true);
+        let Some(reading) = r else {
             return;
-        }
-        let before = shared.clock.now();
-        let started = Instant::now();
-        let db = match tokio::time::timeout(MEASURE_TIMEOUT, shared.store.database_time()).await {
-            Ok(Ok(t)) => t,
-            _ => return, // unreachable: the previous reading stands
-        };
-        let rtt = started.elapsed();
-        let local = crate::clock::add(before, rtt / 2);
-        let reading = Reading {
-            offset: db - local,
-            uncertainty: rtt / 2,
         };
         *shared.skew.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(reading);
         use std::sync::atomic::Ordering::Relaxed;
@@ -97,6 +105,26 @@ impl Skew {
                 "this machine's clock agrees with the database's again"
             );
         }
+    }
+
+    /// One reading: the database's time against this clock's at the middle of the query's round
+    /// trip (a wait for a pooled connection does not count).
+    async fn read(shared: &Shared) -> Option<Reading> {
+        if !shared.clock.compare_with_database() {
+            return None;
+        }
+        let t = match tokio::time::timeout(MEASURE_TIMEOUT, shared.store.database_time()).await {
+            Ok(Ok(t)) => t,
+            _ => return None, // unreachable: the previous reading stands
+        };
+        let local = crate::clock::sub(
+            shared.clock.now(),
+            t.answered.elapsed().saturating_add(t.round_trip / 2),
+        );
+        Some(Reading {
+            offset: t.at - local,
+            uncertainty: t.round_trip / 2,
+        })
     }
 
     /// Whether this process's clock is within the bound (or not measured yet).

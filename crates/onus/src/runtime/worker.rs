@@ -1,7 +1,6 @@
 //! Workers: claim due jobs in batches, run each handler with its kind's timeout, turn the answer
 //! into a transition, and record outcomes in batches.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +46,11 @@ pub(crate) async fn run_queue(
     let kinds = shared.handled_kinds();
     let batch = shared.options.claim_batch.max(1);
     let mut failing = false;
+    // No claim before this process knows how far its clock is from the database's.
+    tokio::select! {
+        _ = shared.skew.measured() => {}
+        _ = stop.cancelled() => {}
+    }
     loop {
         let first = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
@@ -272,7 +276,8 @@ async fn execute(
         let until = add(now, shared.options.lease_ttl);
         let decision = tokio::select! {
             biased;
-            // Lost while waiting for the key: whatever the store did, a rescuer releases it.
+            // Lost while waiting for the key: a slot taken meanwhile is released by the rescue or
+            // lapses within a lease (nobody renews it).
             _ = hold.lost.cancelled() => return,
             d = shared
                 .store
@@ -423,89 +428,84 @@ const SPLIT_AFTER: u32 = 3;
 /// The most outcomes written in one batch.
 const BATCH: usize = 512;
 
+/// An outcome waiting to be written, and how its writes have gone.
+struct Pending {
+    outcome: Outcome,
+    /// Times the database refused it on its own.
+    strikes: u32,
+    /// When its writes started failing.
+    failing_since: Option<Instant>,
+}
+
+impl Pending {
+    fn of(outcome: Outcome) -> Self {
+        Pending {
+            outcome,
+            strikes: 0,
+            failing_since: None,
+        }
+    }
+}
+
 /// Records outcomes in batches. A write the database cannot take now is tried again (the job
 /// layer owns its own persistence), and outcomes that arrive meanwhile join the next try. A batch
 /// that the database refuses, or that keeps failing, is written item by item, so one bad outcome
-/// never holds up the others; an outcome that fails on its own while others are written is given
-/// up after a few tries rather than retried forever. If the process dies first, the rescuer finds
-/// the jobs by their expired leases. Once `abandon` fires (shutdown ran out of time) nothing more
-/// is tried.
+/// never holds up the others. No outcome is tried forever: one the database refuses on its own is
+/// given up after a few tries, and one that keeps failing for two leases while the database
+/// answers other writes (renewals included) is given up too; given up, its lease runs out and the
+/// rescuer counts the attempt as lost. While the database answers nothing, outcomes wait for it.
+/// Once `abandon` fires (shutdown ran out of time) nothing more is tried.
 pub(crate) async fn finisher(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<Outcome>,
     abandon: CancellationToken,
 ) {
-    let mut pending: Vec<Outcome> = Vec::with_capacity(BATCH);
-    let mut strikes: HashMap<(crate::job::JobId, u32), u32> = HashMap::new();
+    let mut pending: Vec<Pending> = Vec::with_capacity(BATCH);
     let mut failures = 0u32;
+    let give_up_after = shared.options.lease_ttl.saturating_mul(2);
     loop {
         if pending.is_empty() {
             failures = 0;
-            if rx.recv_many(&mut pending, BATCH).await == 0 {
+            let mut fresh = Vec::with_capacity(BATCH);
+            if rx.recv_many(&mut fresh, BATCH).await == 0 {
                 return;
             }
+            pending.extend(fresh.into_iter().map(Pending::of));
         } else {
             while pending.len() < BATCH {
                 match rx.try_recv() {
-                    Ok(o) => pending.push(o),
+                    Ok(o) => pending.push(Pending::of(o)),
                     Err(_) => break,
                 }
             }
         }
-        let finishes: Vec<Finish> = pending.iter().map(|o| o.finish.clone()).collect();
+        let finishes: Vec<Finish> = pending.iter().map(|p| p.outcome.finish.clone()).collect();
         let err = match shared.store.finish(finishes).await {
             Ok(applied) => {
-                recorded(&shared, &pending, &applied);
-                if !strikes.is_empty() {
-                    for o in &pending {
-                        strikes.remove(&(o.finish.id, o.finish.attempt));
-                    }
-                }
-                pending.clear();
+                shared.hub.store_answered();
+                let done: Vec<Outcome> = pending.drain(..).map(|p| p.outcome).collect();
+                recorded(&shared, &done, &applied);
                 continue;
             }
             Err(e) => e,
         };
         if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
-            give_up(&shared, &pending, &err);
-            pending.clear();
+            for p in pending.drain(..) {
+                give_up(&shared, &p.outcome, &err);
+            }
             continue;
         }
         failures += 1;
+        let now = Instant::now();
+        for p in pending.iter_mut() {
+            p.failing_since.get_or_insert(now);
+        }
         if failures == 1 {
             tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
         }
         if !err.is_transient() || failures >= SPLIT_AFTER {
-            // One by one: what can be written is, and an outcome that fails while others are
-            // written (or that the database refuses) is struck.
-            let mut failed = Vec::new();
-            let mut any_written = false;
-            for o in std::mem::take(&mut pending) {
-                match shared.store.finish(vec![o.finish.clone()]).await {
-                    Ok(applied) => {
-                        strikes.remove(&(o.finish.id, o.finish.attempt));
-                        recorded(&shared, std::slice::from_ref(&o), &applied);
-                        any_written = true;
-                    }
-                    Err(e) => failed.push((o, e)),
-                }
-            }
-            for (o, e) in failed {
-                if e.is_transient() && !any_written && !abandon.is_cancelled() {
-                    pending.push(o); // the database is away: wait for it
-                    continue;
-                }
-                let key = (o.finish.id, o.finish.attempt);
-                let n = strikes.entry(key).or_insert(0);
-                *n += 1;
-                if *n >= MAX_STRIKES || abandon.is_cancelled() {
-                    strikes.remove(&key);
-                    give_up(&shared, std::slice::from_ref(&o), &e);
-                } else {
-                    tracing::warn!(job = o.finish.id, error = %e, "a job's outcome could not be written; trying again");
-                    pending.push(o);
-                }
-            }
+            failures = 0;
+            pending = one_by_one(&shared, std::mem::take(&mut pending), give_up_after).await;
             if pending.is_empty() {
                 continue;
             }
@@ -515,6 +515,48 @@ pub(crate) async fn finisher(
             _ = abandon.cancelled() => {}
         }
     }
+}
+
+/// Writes the outcomes one at a time; returns the ones to try again. A transient failure before
+/// anything was written means the database is away: the pass stops there and everything waits.
+async fn one_by_one(shared: &Shared, items: Vec<Pending>, give_up_after: Duration) -> Vec<Pending> {
+    let mut kept = Vec::new();
+    let mut written = false;
+    let mut items = items.into_iter();
+    while let Some(mut p) = items.next() {
+        let e = match shared.store.finish(vec![p.outcome.finish.clone()]).await {
+            Ok(applied) => {
+                shared.hub.store_answered();
+                recorded(shared, std::slice::from_ref(&p.outcome), &applied);
+                written = true;
+                continue;
+            }
+            Err(e) => e,
+        };
+        if e.is_transient() {
+            let since = p.failing_since.unwrap_or_else(Instant::now);
+            // Failing this long while the database answered other calls since: give up.
+            let answered = shared.hub.store_answered_since(since);
+            if answered && since.elapsed() >= give_up_after {
+                give_up(shared, &p.outcome, &e);
+                continue;
+            }
+            kept.push(p);
+            if !written && !answered {
+                kept.extend(items); // the database is away: wait for it
+                return kept;
+            }
+            continue;
+        }
+        p.strikes += 1;
+        if p.strikes >= MAX_STRIKES {
+            give_up(shared, &p.outcome, &e);
+        } else {
+            tracing::warn!(job = p.outcome.finish.id, error = %e, "the database refused a job's outcome; trying again");
+            kept.push(p);
+        }
+    }
+    kept
 }
 
 /// After a write: logs lost leases, releases holds, wakes workers where a slot or a job freed.
@@ -538,15 +580,13 @@ fn recorded(shared: &Shared, outcomes: &[Outcome], applied: &[bool]) {
     }
 }
 
-fn give_up(shared: &Shared, outcomes: &[Outcome], e: &StoreError) {
-    for o in outcomes {
-        tracing::error!(
-            job = o.finish.id,
-            error = %e,
-            "giving up on recording a job's outcome; its lease will run out and the rescuer will count the attempt as lost"
-        );
-        if let Some(serial) = o.hold {
-            shared.hub.release(o.finish.id, serial);
-        }
+fn give_up(shared: &Shared, o: &Outcome, e: &StoreError) {
+    tracing::error!(
+        job = o.finish.id,
+        error = %e,
+        "giving up on recording a job's outcome; its lease will run out and the rescuer will count the attempt as lost"
+    );
+    if let Some(serial) = o.hold {
+        shared.hub.release(o.finish.id, serial);
     }
 }

@@ -181,6 +181,17 @@ impl Renewal {
     }
 }
 
+/// One reading of the database's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseTime {
+    /// What the database's clock said.
+    pub at: Timestamp,
+    /// The round trip of the query that read it (not counting a wait for a connection).
+    pub round_trip: Duration,
+    /// When its answer arrived.
+    pub answered: std::time::Instant,
+}
+
 /// Which jobs an action or a listing applies to. Empty lists match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -540,8 +551,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// The database's clock, read for measurement only (decisions use the runtime's clock). The
     /// default is this machine's clock: an embedded database shares it.
-    async fn database_time(&self) -> StoreResult<Timestamp> {
-        Ok(chrono::Utc::now())
+    async fn database_time(&self) -> StoreResult<DatabaseTime> {
+        Ok(DatabaseTime {
+            at: chrono::Utc::now(),
+            round_trip: Duration::ZERO,
+            answered: std::time::Instant::now(),
+        })
     }
 
     /// Notices from other processes, where the backend has them (`None` for SQLite, where

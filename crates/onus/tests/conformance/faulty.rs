@@ -227,7 +227,7 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.counts().await
     }
-    async fn database_time(&self) -> StoreResult<Timestamp> {
+    async fn database_time(&self) -> StoreResult<DatabaseTime> {
         self.gate().await;
         self.inner.database_time().await
     }

@@ -145,7 +145,9 @@ pub(crate) fn parse(url: &str) -> StoreResult<Target> {
     // it decodes them: `+`, `%20`).
     let mut rest: Vec<&str> = Vec::new();
     for piece in query.split('&').filter(|p| !p.is_empty()) {
-        let Some((k, v)) = url::form_urlencoded::parse(piece.as_bytes()).next() else {
+        // Percent-decoded only, as libpq does: a `+` stays a `+`.
+        let plus_kept = piece.replace('+', "%2B");
+        let Some((k, v)) = url::form_urlencoded::parse(plus_kept.as_bytes()).next() else {
             rest.push(piece);
             continue;
         };

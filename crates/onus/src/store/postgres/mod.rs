@@ -1224,13 +1224,18 @@ impl Store for PostgresStore {
             .collect()
     }
 
-    async fn database_time(&self) -> StoreResult<Timestamp> {
+    async fn database_time(&self) -> StoreResult<DatabaseTime> {
         let c = self.client().await?;
+        let started = std::time::Instant::now();
         let row = c
             .query_one("SELECT clock_timestamp()", &[])
             .await
             .map_err(q)?;
-        Ok(row.get(0))
+        Ok(DatabaseTime {
+            at: row.get(0),
+            round_trip: started.elapsed(),
+            answered: std::time::Instant::now(),
+        })
     }
 
     async fn listen(&self) -> StoreResult<Option<mpsc::UnboundedReceiver<Notice>>> {
