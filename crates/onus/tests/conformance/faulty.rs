@@ -21,6 +21,8 @@ pub struct Faults {
     pub refuse_finish_of: Mutex<HashSet<JobId>>,
     /// How many finish batches were refused so.
     pub refused: AtomicU32,
+    /// Completing any of these jobs times out, as if the database were too busy for it.
+    pub time_out_completing: Mutex<HashSet<JobId>>,
     /// Every call hangs.
     pub hang_all: AtomicBool,
     /// The ids passed to each bulk retry and cancel (`None`: no id list, the whole filter).
@@ -89,6 +91,17 @@ impl Store for Faulty {
             let r = self.faults.refuse_finish_of.lock().unwrap();
             batch.iter().any(|f| r.contains(&f.id))
         };
+        let timed_out = {
+            let t = self.faults.time_out_completing.lock().unwrap();
+            batch.iter().any(|f| {
+                t.contains(&f.id) && matches!(f.transition, onus::outcome::Transition::Complete)
+            })
+        };
+        if timed_out {
+            return Err(StoreError::Unavailable(
+                "ERROR: canceling statement due to statement timeout".into(),
+            ));
+        }
         if refused {
             self.faults.refused.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Query(

@@ -591,3 +591,39 @@ pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
     rb.shutdown(Duration::from_secs(1)).await;
     ra.shutdown(Duration::from_millis(100)).await;
 }
+
+/// An outcome whose write keeps timing out while the database answers everything else is given
+/// up (it was once retried forever, its lease renewed forever, its job never rescued).
+pub async fn regression_an_outcome_that_keeps_timing_out_is_given_up(env: Env) {
+    let (faulty, faults) = Faulty::wrap(env.store.clone());
+    let onus = Onus::builder(faulty)
+        .clock(env.clock.clone())
+        .options(short_lease())
+        .kind(Kind::new("k").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let id = insert_id(&client, NewJob::new("k", json!({}))).await;
+    faults.time_out_completing.lock().unwrap().insert(id);
+    let running = onus.start();
+    // Given up, its lease runs out and the rescuer counts the attempt as lost.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let j = loop {
+        let j = env.job(id).await;
+        if j.state == JobState::Retryable {
+            break j;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never given up: {j:?}"
+        );
+        env.clock.advance(Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(j.errors[0].class, EntryClass::WorkerLost);
+    faults.time_out_completing.lock().unwrap().clear();
+    env.clock.advance_to(j.run_at);
+    let j = env.wait_state(id, JobState::Completed).await;
+    assert_eq!(j.attempt, 2);
+    running.shutdown(Duration::from_secs(5)).await;
+}
