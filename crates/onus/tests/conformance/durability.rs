@@ -118,6 +118,8 @@ pub async fn rescuer_ignores_unknown_kinds(env: Env) {
 pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
     let gate = Arc::new(tokio::sync::Notify::new());
     let g = gate.clone();
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let st = started.clone();
     let onus = env
         .builder()
         .kind(Kind::new("stuck").handler(|_c: JobContext| async {
@@ -125,8 +127,9 @@ pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
             Ok(())
         }))
         .kind(Kind::new("quick").handler(move |_c: JobContext| {
-            let g = g.clone();
+            let (g, st) = (g.clone(), st.clone());
             async move {
+                st.store(true, std::sync::atomic::Ordering::SeqCst);
                 g.notified().await;
                 Ok(())
             }
@@ -146,6 +149,11 @@ pub async fn graceful_shutdown_returns_jobs_unspent(env: Env) {
     for id in stuck.iter().chain([&quick]) {
         env.wait_state(*id, JobState::Running).await;
     }
+    // Claimed is not started: a claimed job not yet started at shutdown is handed back.
+    wait_until("the quick job's handler runs", || async {
+        started.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
     let shutdown = tokio::spawn(running.shutdown(Duration::from_millis(300)));
     gate.notify_one(); // the quick job finishes inside the grace period
     shutdown.await.unwrap();
