@@ -46,6 +46,22 @@ const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_att
 pub struct PostgresStore {
     pool: Pool,
     target: connect::Target,
+    renewals: Renewals,
+}
+
+/// The connection lease renewals use, apart from the pool: a busy pool never delays a renewal,
+/// and a connection a renewal gave up on (its deadline passed mid-query) is never used again.
+#[derive(Default)]
+struct Renewals {
+    conn: tokio::sync::Mutex<Option<(tokio_postgres::Client, tokio::task::JoinHandle<()>)>>,
+    /// Set while a renewal runs; still set at the next one if that one was abandoned.
+    busy: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Renewals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Renewals")
+    }
 }
 
 /// A PostgreSQL error with the server's message, detail and hint.
@@ -181,7 +197,11 @@ impl PostgresStore {
             StoreError::Open(format!("cannot apply the schema at {shown_url}: {e}"))
         })?;
         drop(client);
-        Ok(PostgresStore { pool, target })
+        Ok(PostgresStore {
+            pool,
+            target,
+            renewals: Renewals::default(),
+        })
     }
 
     /// The connection pool, for components that keep tables of their own in this database.
@@ -196,6 +216,43 @@ impl PostgresStore {
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
         self.pool.get().await.map_err(pool_err)
+    }
+
+    /// Runs `f` on the renewal connection, opening it first if there is none, it closed, or the
+    /// previous renewal was abandoned while it ran (the connection may be hung).
+    async fn on_renewal_conn<R>(
+        &self,
+        f: impl AsyncFnOnce(&tokio_postgres::Client) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut conn = self.renewals.conn.lock().await;
+        let abandoned = self.renewals.busy.swap(true, SeqCst);
+        if abandoned || conn.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+            if let Some((_, driver)) = conn.take() {
+                driver.abort();
+            }
+        }
+        if conn.is_none() {
+            let (client, connection) = self
+                .target
+                .config
+                .connect(self.target.tls.clone())
+                .await
+                .map_err(|e| {
+                    self.renewals.busy.store(false, SeqCst);
+                    StoreError::Unavailable(format!("cannot reach PostgreSQL: {}", describe(&e)))
+                })?;
+            let driver = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            *conn = Some((client, driver));
+        }
+        let r = match conn.as_ref() {
+            Some((client, _)) => f(client).await,
+            None => Err(StoreError::Unavailable("no renewal connection".into())),
+        };
+        self.renewals.busy.store(false, SeqCst);
+        r
     }
 }
 
@@ -735,23 +792,25 @@ impl Store for PostgresStore {
         lease_until: Timestamp,
     ) -> StoreResult<Renewal> {
         let ids: Vec<JobId> = held.iter().map(|h| h.id).collect();
-        let c = self.client().await?;
         // Only the jobs this process holds: a row it lost track of keeps its old lease, which
         // runs out, and the rescuer takes it.
-        let rows = c
-            .query(
-                "WITH renewed AS (
-                    UPDATE onus_jobs SET lease_expires_at = $2
-                    WHERE state = 'running' AND lease_owner = $1 AND id = ANY($3)
-                    RETURNING id, attempt, cancel_requested
-                 ), slots AS (
-                    UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
-                 )
-                 SELECT id, attempt, cancel_requested FROM renewed",
-                &[&owner, &lease_until, &ids],
-            )
-            .await
-            .map_err(q)?;
+        let rows = self
+            .on_renewal_conn(async |c| {
+                c.query(
+                    "WITH renewed AS (
+                        UPDATE onus_jobs SET lease_expires_at = $2
+                        WHERE state = 'running' AND lease_owner = $1 AND id = ANY($3)
+                        RETURNING id, attempt, cancel_requested
+                     ), slots AS (
+                        UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
+                     )
+                     SELECT id, attempt, cancel_requested FROM renewed",
+                    &[&owner, &lease_until, &ids],
+                )
+                .await
+                .map_err(q)
+            })
+            .await?;
         let rows: Vec<(JobId, u32, bool)> = rows
             .iter()
             .map(|r| (r.get(0), r.get::<_, i32>(1) as u32, r.get(2)))
