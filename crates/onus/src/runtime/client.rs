@@ -1,15 +1,14 @@
 //! The client: insert jobs (one, many, or inside the caller's transaction), look them up, and
 //! retry or cancel them by hand, singly or in bulk.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{self, Timestamp};
 use crate::job::{Job, JobId, JobState, NewJob, RunAt};
 use crate::store::{
-    CancelOutcome, InsertRow, Inserted, JobFilter, Refused, RetryOutcome, Store, StoreError,
-    CANCELLABLE_STATES, RETRYABLE_STATES,
+    pick_retries, CancelOutcome, InsertRow, Inserted, JobFilter, RetriedKeys, RetryOutcome, Store,
+    StoreError, CANCELLABLE_STATES, RETRYABLE_STATES,
 };
 
 use super::Shared;
@@ -202,28 +201,16 @@ impl Client {
             return Ok(out);
         }
         let mut out = RetryOutcome::default();
-        let mut keys: HashMap<(String, String), JobId> = HashMap::new();
+        // One newest job per kind and unique key across every chunk.
+        let mut keys = RetriedKeys::new();
         let mut pages = Pages::new(filter, &RETRYABLE_STATES);
         while let Some(page) = pages.next(&self.shared.store).await? {
-            let mut ids = Vec::with_capacity(page.len());
-            for j in page {
-                match &j.unique_key {
-                    Some(k) => match keys.get(&(j.kind.clone(), k.clone())) {
-                        Some(newer) => out.refused.push(Refused {
-                            id: j.id,
-                            reason: format!(
-                                "job {newer} of kind {} has the same unique key {k:?} and is retried instead",
-                                j.kind
-                            ),
-                        }),
-                        None => {
-                            keys.insert((j.kind.clone(), k.clone()), j.id);
-                            ids.push(j.id);
-                        }
-                    },
-                    None => ids.push(j.id),
-                }
-            }
+            let candidates: Vec<_> = page
+                .into_iter()
+                .map(|j| (j.id, j.kind, j.unique_key))
+                .collect();
+            let (ids, refused) = pick_retries(&candidates, &mut keys);
+            out.refused.extend(refused);
             if ids.is_empty() {
                 continue;
             }

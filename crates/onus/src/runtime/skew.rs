@@ -137,7 +137,7 @@ impl Skew {
     pub(crate) fn may_rescue(shared: &Shared) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let bound = Self::rescue_bound(shared);
-        let unsafe_now = shared.skew.latest().is_some_and(|r| r.worst() > bound);
+        let unsafe_now = !Self::within_bound(shared);
         if unsafe_now != shared.skew.refusing.swap(unsafe_now, Relaxed) {
             if unsafe_now {
                 tracing::error!(

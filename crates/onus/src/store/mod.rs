@@ -265,30 +265,36 @@ pub const CANCELLABLE_STATES: [JobState; 5] = [
     JobState::Running,
 ];
 
+/// The job each `(kind, unique_key)` retried so far, newest first.
+pub(crate) type RetriedKeys = std::collections::HashMap<(String, String), JobId>;
+
 /// Picks, among retry candidates `(id, kind, unique_key)` newest first, the ones to retry: every
 /// job without a unique key, and of the jobs sharing a kind and unique key only the newest (the
-/// unique index allows one unfinished job per key). The others are refused with the reason.
+/// unique index allows one unfinished job per key), counting those already in `seen` (a bulk
+/// retry in chunks passes the same map to every chunk). The others are refused with the reason.
 pub(crate) fn pick_retries(
     candidates: &[(JobId, String, Option<String>)],
+    seen: &mut RetriedKeys,
 ) -> (Vec<JobId>, Vec<Refused>) {
-    let mut seen = std::collections::HashMap::new();
     let mut chosen = Vec::new();
     let mut refused = Vec::new();
     for (id, kind, key) in candidates {
-        match key {
-            None => chosen.push(*id),
-            Some(k) => match seen.get(&(kind, k)) {
-                Some(newer) => refused.push(Refused {
-                    id: *id,
-                    reason: format!(
-                        "job {newer} of kind {kind} has the same unique key {k:?} and is retried instead"
-                    ),
-                }),
-                None => {
-                    seen.insert((kind, k), *id);
-                    chosen.push(*id);
-                }
-            },
+        let Some(k) = key else {
+            chosen.push(*id);
+            continue;
+        };
+        match seen.entry((kind.clone(), k.clone())) {
+            std::collections::hash_map::Entry::Occupied(newer) => refused.push(Refused {
+                id: *id,
+                reason: format!(
+                    "job {} of kind {kind} has the same unique key {k:?} and is retried instead",
+                    newer.get()
+                ),
+            }),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(*id);
+                chosen.push(*id);
+            }
         }
     }
     (chosen, refused)
@@ -302,6 +308,7 @@ pub(crate) fn held_key_refusals(
     retried: &[JobId],
 ) -> Vec<Refused> {
     let retried: std::collections::HashSet<&JobId> = retried.iter().collect();
+    let chosen: std::collections::HashSet<&JobId> = chosen.iter().collect();
     candidates
         .iter()
         .filter(|(id, _, key)| key.is_some() && chosen.contains(id) && !retried.contains(id))

@@ -587,13 +587,14 @@ async fn lock_lease_key(c: &impl GenericClient, key: &str) -> StoreResult<()> {
     Ok(())
 }
 
+/// Frees `job`'s slot of lease `key`. The caller's transaction already holds the key's lock
+/// (`finish` takes every key of its batch first, in one order).
 async fn release_lease(
     c: &impl GenericClient,
     key: &str,
     job: JobId,
     now: Timestamp,
 ) -> StoreResult<()> {
-    lock_lease_key(c, key).await?;
     let freed = c
         .execute(
             "DELETE FROM onus_leases WHERE key = $1 AND job_id = $2",
@@ -859,7 +860,7 @@ impl Store for PostgresStore {
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
-        let (chosen, mut refused) = pick_retries(&candidates);
+        let (chosen, mut refused) = pick_retries(&candidates, &mut RetriedKeys::new());
         let sql = format!(
             "WITH retried AS (
                 UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),

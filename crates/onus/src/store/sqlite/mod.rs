@@ -833,7 +833,7 @@ impl Store for SqliteStore {
                 .map_err(q)?
                 .collect::<rusqlite::Result<Vec<(JobId, String, Option<String>)>>>()
                 .map_err(q)?;
-            let (chosen, mut refused) = pick_retries(&candidates);
+            let (chosen, mut refused) = pick_retries(&candidates, &mut RetriedKeys::new());
             let ids = serde_json::to_string(&chosen).map_err(|e| StoreError::Query(e.to_string()))?;
             let retried = conn
                 .prepare_cached(&format!(
