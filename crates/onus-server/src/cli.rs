@@ -35,6 +35,19 @@ pub enum Command {
         /// Address to listen on (default 127.0.0.1:8080).
         #[arg(long, env = "ONUS_LISTEN", value_name = "ADDR")]
         listen: Option<String>,
+        /// Apply no migration at start; refuse to start if one is pending (run `onus migrate`
+        /// first).
+        #[arg(long)]
+        no_migrate: bool,
+    },
+    /// Apply pending database migrations (every line: jobs, webhooks), or list where each stands.
+    Migrate {
+        /// List each line's version and pending migrations instead of applying them.
+        #[arg(long)]
+        status: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// List, show, retry and cancel jobs.
     #[command(subcommand)]
@@ -149,12 +162,13 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         .or_else(|| file.database_url.clone())
         .unwrap_or_else(|| config::DEFAULT_DATABASE_URL.to_string());
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve { listen, no_migrate } => {
             let listen = listen
                 .or_else(|| file.listen.clone())
                 .unwrap_or_else(|| config::DEFAULT_LISTEN.into());
-            crate::serve::serve(file, path, url, listen).await
+            crate::serve::serve(file, path, url, listen, !no_migrate).await
         }
+        Command::Migrate { status, json } => migrate(&url, status, json).await,
         Command::Policy(PolicyCommand::Show { name, json }) => {
             let (policy, origin) = policy_named(&file, &name)?;
             if json {
@@ -192,6 +206,62 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             jobs(client, cmd).await
         }
     }
+}
+
+/// `onus migrate [--status]`.
+async fn migrate(url: &str, status: bool, json: bool) -> Result<(), String> {
+    let store = onus::open_with(url, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    let lines = crate::serve::LINES;
+    if status {
+        let st = store.migrations(lines).await.map_err(|e| e.to_string())?;
+        if json {
+            for l in &st {
+                println!("{}", serde_json::to_string(l).map_err(|e| e.to_string())?);
+            }
+        } else {
+            print!("{}", migration_table(&st));
+        }
+        return Ok(());
+    }
+    let applied = store.migrate(lines).await.map_err(|e| e.to_string())?;
+    if json {
+        for a in &applied {
+            println!("{}", serde_json::to_string(a).map_err(|e| e.to_string())?);
+        }
+    } else if applied.is_empty() {
+        println!("nothing to apply: every line is current");
+    } else {
+        for a in &applied {
+            println!("applied {} {} ({})", a.line, a.version, a.name);
+        }
+    }
+    Ok(())
+}
+
+fn migration_table(st: &[onus::db::LineStatus]) -> String {
+    let mut s = format!(
+        "{:<10} {:>7} {:>6}  {:<25} {}\n",
+        "LINE", "VERSION", "LATEST", "APPLIED AT", "PENDING"
+    );
+    for l in st {
+        let at = l
+            .applied_at
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_else(|| "-".into());
+        let pending = if l.pending.is_empty() {
+            "-".to_string()
+        } else {
+            l.pending.join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "{:<10} {:>7} {:>6}  {:<25} {pending}",
+            l.line, l.version, l.latest, at
+        );
+    }
+    s
 }
 
 /// The policy a kind runs under: its built-in base, with configuration overrides on top.

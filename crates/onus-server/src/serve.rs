@@ -16,20 +16,40 @@ use crate::config::FileConfig;
 /// How long running jobs get to finish at shutdown before they are handed back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// The migration lines of the tables the server keeps, after the job layer's.
+pub const LINES: &[&onus::db::Line] = &[&onus_webhooks::MIGRATIONS];
+
 /// Builds the runtime the configuration describes: the built-in kinds (`http.request`,
-/// `webhook.fanout`, `webhook.deliver`), policy overrides, queues and retention.
+/// `webhook.fanout`, `webhook.deliver`), policy overrides, queues and retention. With `migrate`,
+/// applies pending migrations first; without, refuses a database that needs them.
 pub async fn runtime(
     store: Arc<dyn Store>,
     file: &FileConfig,
+    migrate: bool,
 ) -> Result<(Onus, onus_webhooks::Webhooks), String> {
     let webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
     let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
-    let hooks = onus_webhooks::Webhooks::open(store.clone(), webhooks_cfg)
-        .await
-        .map_err(|e| e.to_string())?;
+    if migrate {
+        store.migrate(LINES).await.map_err(|e| e.to_string())?;
+    } else {
+        let status = store.migrations(LINES).await.map_err(|e| e.to_string())?;
+        let behind: Vec<String> = status
+            .iter()
+            .filter(|l| !l.is_current())
+            .map(|l| format!("{} {} -> {}", l.line, l.version, l.latest))
+            .collect();
+        if !behind.is_empty() {
+            return Err(format!(
+                "the database needs migrations ({}); run `onus migrate`, or start without --no-migrate",
+                behind.join(", ")
+            ));
+        }
+    }
+    let hooks =
+        onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
     let http = Arc::new(onus_http::HttpClient::new(&http_cfg)?);
-    let mut b = hooks
-        .register(Onus::builder(store))
+    let mut b = Onus::builder(store)
+        .component(&hooks)
         .kind(onus_http::request::kind(http));
     for (q, n) in &file.queues {
         b = b.queue(q.clone(), *n);
@@ -62,7 +82,6 @@ pub async fn runtime(
         ..onus::Options::default()
     });
     let onus = b.build().map_err(|e| format!("configuration: {e}"))?;
-    hooks.attach(onus.client());
     Ok((onus, hooks))
 }
 
@@ -88,6 +107,7 @@ pub async fn serve(
     path: Option<PathBuf>,
     url: String,
     listen: String,
+    migrate: bool,
 ) -> Result<(), String> {
     if let Some((name, _)) = file.kinds.iter().find(|(_, k)| k.url.is_some()) {
         return Err(format!(
@@ -102,8 +122,10 @@ pub async fn serve(
             tracing::warn!("{section} is accepted but not used by this version yet");
         }
     }
-    let store = onus::open(&url).await.map_err(|e| e.to_string())?;
-    let (onus, _webhooks) = runtime(store.clone(), &file).await?;
+    let store = onus::open_with(&url, migrate)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (onus, _webhooks) = runtime(store.clone(), &file, migrate).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
         format!(
             "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen"

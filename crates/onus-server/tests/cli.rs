@@ -368,7 +368,10 @@ fn serve_delivers_webhooks_published_by_another_process() {
             )
             .await
             .unwrap();
-            hooks.attach(onus::Onus::builder(store).build().unwrap().client());
+            let _onus = onus::Onus::builder(store)
+                .component(&hooks)
+                .build()
+                .unwrap();
             let (_, secret) = hooks
                 .create_endpoint(onus_webhooks::NewEndpoint {
                     url: sink.url("/hook"),

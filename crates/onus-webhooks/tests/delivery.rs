@@ -38,8 +38,8 @@ async fn world(backend: &str, cfg: WebhookConfig) -> World {
         ..cfg
     };
     let hooks = Webhooks::open(store.clone(), cfg).await.unwrap();
-    let onus = hooks
-        .register(Onus::builder(store.clone()))
+    let onus = Onus::builder(store.clone())
+        .component(&hooks)
         .clock(clock.clone())
         .queue("default", 8)
         .options(Options {
@@ -50,7 +50,6 @@ async fn world(backend: &str, cfg: WebhookConfig) -> World {
         })
         .build()
         .unwrap();
-    hooks.attach(onus.client());
     let running = Some(onus.start());
     World {
         url,
@@ -202,7 +201,7 @@ async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: &str) {
     assert_eq!(attempts.len(), 2);
     assert_eq!(attempts[0].response_excerpt, "oops");
     assert_eq!(attempts[1].response_excerpt, "okthanks");
-    assert_eq!(attempts[1].outcome, "success");
+    assert_eq!(attempts[1].outcome, onus_webhooks::Outcome::Success);
     assert_eq!(
         w.hooks.endpoint(&ep.id).await.unwrap().failing_since,
         None,
@@ -301,7 +300,7 @@ async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &st
         attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
         vec![Some(500), Some(500), Some(200)]
     );
-    assert_eq!(attempts[2].outcome, "success");
+    assert_eq!(attempts[2].outcome, onus_webhooks::Outcome::Success);
     assert_eq!(
         w.hooks.endpoint(&ep.id).await.unwrap().failing_since,
         None,
@@ -670,23 +669,25 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &st
         let tx = conn.transaction().unwrap();
         tx.execute("INSERT INTO orders (id) VALUES (1)", ())
             .unwrap();
-        let a = onus_webhooks::sqlite::publish_tx(
-            &tx,
+        let a = Webhooks::publish_in(
+            &onus::db::SqliteTx::new(&tx),
             w.hooks
                 .prepare_publish("order.created", json!({"id": 1}), None)
                 .unwrap(),
         )
+        .await
         .unwrap();
         tx.rollback().unwrap();
         let tx = conn.transaction().unwrap();
         tx.execute("INSERT INTO orders (id) VALUES (2)", ())
             .unwrap();
-        let b = onus_webhooks::sqlite::publish_tx(
-            &tx,
+        let b = Webhooks::publish_in(
+            &onus::db::SqliteTx::new(&tx),
             w.hooks
                 .prepare_publish("order.created", json!({"id": 2}), None)
                 .unwrap(),
         )
+        .await
         .unwrap();
         tx.commit().unwrap();
         w.client.notify_inserted("default");
@@ -703,8 +704,8 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &st
         tx.execute("INSERT INTO orders VALUES (1)", &[])
             .await
             .unwrap();
-        let a = onus_webhooks::postgres::publish_tx(
-            &tx,
+        let a = Webhooks::publish_in(
+            &onus::db::PgTx::new(&tx),
             w.hooks
                 .prepare_publish("order.created", json!({"id": 1}), None)
                 .unwrap(),
@@ -716,8 +717,8 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &st
         tx.execute("INSERT INTO orders VALUES (2)", &[])
             .await
             .unwrap();
-        let b = onus_webhooks::postgres::publish_tx(
-            &tx,
+        let b = Webhooks::publish_in(
+            &onus::db::PgTx::new(&tx),
             w.hooks
                 .prepare_publish("order.created", json!({"id": 2}), None)
                 .unwrap(),
@@ -734,6 +735,25 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &st
         "a rolled-back event never exists"
     );
     assert!(w.deliveries(&rolled_back).await.is_empty());
+    let fanouts = w
+        .store
+        .list(
+            &JobFilter {
+                kinds: vec![onus_webhooks::FANOUT.into()],
+                ..Default::default()
+            },
+            100,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        fanouts
+            .iter()
+            .all(|j| j.args["event_id"] != rolled_back.as_str()),
+        "a rolled-back event has no fan-out job: {fanouts:?}"
+    );
+    assert_eq!(fanouts.len(), 1, "{fanouts:?}");
     assert_eq!(sink.count(), 1);
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&sink.received()[0].body).unwrap(),
@@ -891,7 +911,7 @@ async fn a_fanout_that_runs_again_delivers_nothing_twice(backend: &str) {
     // Publishing the same id again delivers nothing either.
     let same = w
         .hooks
-        .publish("x", json!({}), Some(ev.id.clone()))
+        .publish("x", json!({}), Some(ev.id.to_string()))
         .await
         .unwrap();
     assert_eq!(same.id, ev.id);

@@ -156,13 +156,13 @@ pub(crate) fn from_micros(us: i64) -> Timestamp {
 }
 
 /// `t + d`, saturating instead of overflowing.
-pub(crate) fn add(t: Timestamp, d: Duration) -> Timestamp {
+pub fn add(t: Timestamp, d: Duration) -> Timestamp {
     let d = TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
     t.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// `t - d`, saturating at the earliest representable time instead of overflowing.
-pub(crate) fn sub(t: Timestamp, d: Duration) -> Timestamp {
+pub fn sub(t: Timestamp, d: Duration) -> Timestamp {
     let d = TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
     t.checked_sub_signed(d).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }

@@ -10,10 +10,12 @@
 //! - [`policy`]: policies, backoff, presets, jitter, timelines.
 //! - [`clock`]: the one source of time (a manual clock in tests).
 //! - [`limits`]: lease keys and rate windows.
-//! - [`store`]: the storage interface and the SQLite store.
+//! - [`store`]: the storage interface, the SQLite store and the PostgreSQL store.
+//! - [`db`]: the database layer components build on: statements, typed rows, transactions, migrations.
 //! - [`runtime`]: client, workers, rescuer, periodic jobs, leader election, retention.
 
 pub mod clock;
+pub mod db;
 pub mod job;
 pub mod limits;
 pub mod outcome;
@@ -29,10 +31,12 @@ pub use limits::{RateWindow, WhenSpent};
 pub use outcome::{JobError, JobResult, SnoozeUntil};
 pub use policy::{Backoff, Policy, PolicyOverride, Timeline};
 pub use runtime::{
-    BuildError, Builder, Client, Error, Handler, JobContext, Kind, Onus, Options, Periodic,
-    Running, Schedule,
+    BuildError, Builder, Client, Component, Error, Handler, JobContext, Kind, Onus, Options,
+    Periodic, Running, Schedule,
 };
-pub use store::{open, JobFilter, Refused, RetryOutcome, Store, StoreError};
+pub use store::{
+    open, open_with, Fault, JobFilter, Refused, RetryOutcome, Store, StoreError, StoreResult,
+};
 
 /// The PostgreSQL store and the in-transaction insert for applications that share its database.
 pub mod postgres {

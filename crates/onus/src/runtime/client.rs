@@ -27,6 +27,17 @@ pub enum Error {
     Timeout(String),
 }
 
+impl Error {
+    /// Whose fault it is (see [`crate::Fault`]).
+    pub fn fault(&self) -> crate::Fault {
+        match self {
+            Error::Invalid(_) => crate::Fault::Caller,
+            Error::Store(e) => e.fault(),
+            Error::Timeout(_) => crate::Fault::Service,
+        }
+    }
+}
+
 /// Inserts and manages jobs. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Client {

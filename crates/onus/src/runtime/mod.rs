@@ -169,6 +169,7 @@ impl Trouble {
 }
 
 pub(crate) struct Shared {
+    pub(crate) lines: Vec<&'static crate::db::Line>,
     pub(crate) trouble: Trouble,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -206,10 +207,35 @@ impl Shared {
     }
 }
 
-/// Sets up a runtime: kinds, queues, periodic jobs, clock and options.
+/// A component built on the job layer (webhooks, mail): its kinds and periodic jobs, its tables'
+/// migration line, and the client it works through, registered in one step with
+/// [`Builder::component`].
+pub trait Component: Clone + Send + Sync + 'static {
+    /// Its tables' migration line, if it keeps tables.
+    fn migrations(&self) -> Option<&'static crate::db::Line>;
+
+    /// Adds its kinds and periodic jobs to a runtime being built.
+    fn install(&self, b: Builder) -> Builder;
+
+    /// Receives the runtime's client once the runtime is built.
+    fn bind(&self, client: Client);
+}
+
+/// A component waiting for the runtime's client.
+struct Binder(Box<dyn FnOnce(Client) + Send>);
+
+impl std::fmt::Debug for Binder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Binder")
+    }
+}
+
+/// Sets up a runtime: kinds, queues, periodic jobs, components, clock and options.
 #[derive(Debug)]
 pub struct Builder {
     store: Arc<dyn Store>,
+    lines: Vec<&'static crate::db::Line>,
+    binders: Vec<Binder>,
     clock: Arc<dyn Clock>,
     kinds: BTreeMap<String, Kind>,
     queues: BTreeMap<String, usize>,
@@ -253,6 +279,21 @@ impl Builder {
     pub fn periodic(mut self, p: Periodic) -> Self {
         self.periodics.push(p);
         self
+    }
+
+    /// Adds a component: its kinds and periodic jobs now, its migration line to
+    /// [`Onus::migrations`], and the runtime's client when the runtime is built.
+    pub fn component<C: Component>(self, c: &C) -> Self {
+        let mut b = c.install(self);
+        if let Some(line) = c.migrations() {
+            if !b.lines.iter().any(|l| l.name == line.name) {
+                b.lines.push(line);
+            }
+        }
+        let c = c.clone();
+        b.binders
+            .push(Binder(Box::new(move |client| c.bind(client))));
+        b
     }
 
     /// Overrides a kind's policy from configuration.
@@ -315,7 +356,9 @@ impl Builder {
             std::process::id(),
             rand::random::<u32>()
         );
+        let binders = std::mem::take(&mut self.binders);
         let shared = Shared {
+            lines: std::mem::take(&mut self.lines),
             trouble: Trouble::default(),
             store: self.store,
             clock: self.clock,
@@ -330,9 +373,13 @@ impl Builder {
         for q in shared.queues.keys() {
             shared.hub.queue(q);
         }
-        Ok(Onus {
+        let onus = Onus {
             shared: Arc::new(shared),
-        })
+        };
+        for b in binders {
+            (b.0)(onus.client());
+        }
+        Ok(onus)
     }
 }
 
@@ -375,6 +422,8 @@ impl Onus {
     pub fn builder(store: Arc<dyn Store>) -> Builder {
         Builder {
             store,
+            lines: Vec::new(),
+            binders: Vec::new(),
             clock: Arc::new(SystemClock),
             kinds: BTreeMap::new(),
             queues: BTreeMap::new(),
@@ -389,6 +438,11 @@ impl Onus {
         Client {
             shared: self.shared.clone(),
         }
+    }
+
+    /// The migration lines of the job layer and of every registered component.
+    pub fn migrations(&self) -> Vec<&'static crate::db::Line> {
+        crate::db::migrate::with_jobs(&self.shared.lines)
     }
 
     /// A kind by name.

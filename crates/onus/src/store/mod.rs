@@ -1,4 +1,5 @@
-//! Storage: one [`Store`] trait, implemented by SQLite (the embedded default) and, later, PostgreSQL.
+//! Storage: one [`Store`] trait, implemented by SQLite (the embedded default) and PostgreSQL (to
+//! scale out across machines).
 //!
 //! A store persists and queries; it never decides. Every instant it writes comes from the caller
 //! (the runtime's [`Clock`](crate::Clock)), never from the database's own `now()`, and every state
@@ -13,6 +14,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
+use crate::db::migrate::Applied;
+use crate::db::{Line, LineStatus};
 use crate::job::{Job, JobId, JobState};
 use crate::outcome::Transition;
 
@@ -44,6 +47,24 @@ pub enum StoreError {
     /// The action does not apply to the job in its current state.
     #[error("{0}")]
     Conflict(String),
+    /// The write broke a rule of the schema (a unique key, a check, a foreign key).
+    #[error("the database refused the write: {0}")]
+    Constraint(String),
+    /// A stored value could not be read as its type: the schema and the code disagree, or the
+    /// row was changed by hand.
+    #[error("cannot read column {column} of {table}: {problem}")]
+    Decode {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: String,
+        /// What was wrong with it.
+        problem: String,
+    },
+    /// A component's operation failed and its transaction was rolled back (its own error is
+    /// returned to its caller).
+    #[error("the operation failed and its transaction was rolled back")]
+    Aborted,
 }
 
 impl StoreError {
@@ -51,6 +72,34 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
+
+    /// Whose fault it is: a missing job, a conflicting state, a broken constraint or a bad URL
+    /// is the caller's; the rest is the service's.
+    pub fn fault(&self) -> Fault {
+        match self {
+            StoreError::NotFound(_)
+            | StoreError::Conflict(_)
+            | StoreError::Constraint(_)
+            | StoreError::BadUrl(_) => Fault::Caller,
+            StoreError::Open(_)
+            | StoreError::Query(_)
+            | StoreError::Unavailable(_)
+            | StoreError::Closed
+            | StoreError::Decode { .. }
+            | StoreError::Aborted => Fault::Service,
+        }
+    }
+}
+
+/// Whose fault an error is, so a front door maps every component's errors to a status in one
+/// place: the caller's (bad input, not found, conflict: 4xx) or the service's (5xx).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// The caller sent something wrong or asked for something absent.
+    Caller,
+    /// The service could not do what was asked.
+    Service,
 }
 
 /// Result alias for stores.
@@ -431,9 +480,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The backend's name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
 
-    /// The concrete store, for components that keep tables of their own in the same database
-    /// (webhooks, mail): downcast to [`sqlite::SqliteStore`] or [`postgres::PostgresStore`].
+    /// The concrete store, for backend-specific tests and tools. Components reach the database
+    /// through [`crate::db::Db`] instead.
     fn as_any(&self) -> &dyn std::any::Any;
+
+    /// Runs a component's operation in one transaction: on SQLite in the single writer (batched
+    /// with job writes), on PostgreSQL on a pooled connection. Committed when it returns `Ok`.
+    async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()>;
+
+    /// Runs a component's read-only operation on a read connection.
+    async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()>;
+
+    /// Applies the pending migrations of `lines` (the job layer's line always first) under one
+    /// lock, recording each in `onus_migrations`; returns what it applied.
+    async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>>;
+
+    /// Where each of `lines` (and the job layer's) stands in this database.
+    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>>;
 
     /// Inserts jobs in one transaction, in order.
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>>;
@@ -693,14 +756,23 @@ pub(crate) fn refusal(id: JobId, job: Option<&Job>, retry: bool) -> StoreError {
     ))
 }
 
-/// Opens the store a URL names: `sqlite://path/to/file.db` (created if missing).
+/// Opens the store a URL names (`sqlite://path/to/file.db`, created if missing, or
+/// `postgres://user@host/db`) and applies the job layer's pending migrations.
 pub async fn open(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    open_with(url, true).await
+}
+
+/// As [`open`]; with `migrate` false no migration is applied (see [`Store::migrate`]).
+pub async fn open_with(url: &str, migrate: bool) -> StoreResult<std::sync::Arc<dyn Store>> {
     if url.starts_with("sqlite:") {
-        let opts = sqlite::SqliteOptions::from_url(url)?;
+        let opts = sqlite::SqliteOptions {
+            migrate,
+            ..sqlite::SqliteOptions::from_url(url)?
+        };
         Ok(std::sync::Arc::new(sqlite::SqliteStore::open(opts).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(std::sync::Arc::new(
-            postgres::PostgresStore::open(url).await?,
+            postgres::PostgresStore::open_with(url, migrate).await?,
         ))
     } else {
         Err(StoreError::BadUrl(format!(

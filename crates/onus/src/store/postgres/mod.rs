@@ -32,7 +32,6 @@ pub use tokio_postgres;
 
 mod connect;
 
-const MIGRATIONS: &[&str] = &[include_str!("001_jobs.sql")];
 const CLAIM_SQL: &str = include_str!("claim.sql");
 /// Advisory lock key held while migrating ("onus" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f6e_7573;
@@ -108,6 +107,8 @@ fn transient(e: &tokio_postgres::Error) -> bool {
 fn q(e: tokio_postgres::Error) -> StoreError {
     if transient(&e) {
         StoreError::Unavailable(describe(&e))
+    } else if e.code().is_some_and(|c| c.code().starts_with("23")) {
+        StoreError::Constraint(describe(&e))
     } else {
         StoreError::Query(describe(&e))
     }
@@ -165,8 +166,15 @@ fn entry_json(e: &HistoryEntry) -> StoreResult<serde_json::Value> {
 
 impl PostgresStore {
     /// Connects to `url` (`postgres://user:password@host:port/database`), checks the connection,
-    /// and applies the schema. The error names what is wrong (address, credentials, database).
+    /// and applies the job layer's pending migrations. The error names what is wrong (address,
+    /// credentials, database).
     pub async fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, true).await
+    }
+
+    /// As [`PostgresStore::open`]; with `migrate` false nothing is applied (apply migrations with
+    /// [`Store::migrate`], `onus migrate`, before use).
+    pub async fn open_with(url: &str, migrate: bool) -> StoreResult<Self> {
         let target = connect::parse(url)?;
         let shown_url = target.shown.clone();
         let mgr = Manager::from_config(
@@ -193,9 +201,11 @@ impl PostgresStore {
                 "cannot connect to PostgreSQL at {shown_url}: {why}; check the host, port, user, password, database and sslmode in ONUS_DATABASE_URL"
             ))
         })?;
-        migrate(&client).await.map_err(|e| {
-            StoreError::Open(format!("cannot apply the schema at {shown_url}: {e}"))
-        })?;
+        if migrate {
+            apply_lines(&client, &[]).await.map_err(|e| {
+                StoreError::Open(format!("cannot apply the schema at {shown_url}: {e}"))
+            })?;
+        }
         drop(client);
         Ok(PostgresStore {
             pool,
@@ -256,9 +266,21 @@ impl PostgresStore {
     }
 }
 
-async fn migrate(client: &deadpool_postgres::Object) -> StoreResult<()> {
-    // A migration may wait for another process's, and may build indexes on a large table: no
-    // statement timeout for this session until it is done.
+const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
+    line       text        NOT NULL,
+    version    integer     NOT NULL,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL,
+    PRIMARY KEY (line, version)
+)";
+
+/// Runs `f` holding the migration lock (a session advisory lock, so processes starting at once
+/// migrate one after another), with no statement timeout: a migration may wait for another
+/// process's, and may build indexes on a large table.
+async fn under_migration_lock<R>(
+    client: &tokio_postgres::Client,
+    f: impl AsyncFnOnce(&tokio_postgres::Client) -> StoreResult<R>,
+) -> StoreResult<R> {
     client
         .batch_execute("SET statement_timeout = 0")
         .await
@@ -267,41 +289,192 @@ async fn migrate(client: &deadpool_postgres::Object) -> StoreResult<()> {
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(q)?;
-    let r = async {
-        client
-            .batch_execute("CREATE TABLE IF NOT EXISTS onus_schema (version integer NOT NULL)")
-            .await
-            .map_err(q)?;
-        let version: i32 = client
-            .query_opt("SELECT version FROM onus_schema", &[])
-            .await
-            .map_err(q)?
-            .map(|r| r.get(0))
-            .unwrap_or(0);
-        if version as usize > MIGRATIONS.len() {
-            return Err(StoreError::Open(format!(
-                "the database has schema version {version}, newer than this Onus knows ({}); upgrade Onus",
-                MIGRATIONS.len()
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let v = (i + 1) as i32;
-            let stmt = format!(
-                "BEGIN; {sql}; DELETE FROM onus_schema; INSERT INTO onus_schema (version) VALUES ({v}); COMMIT;"
-            );
-            if let Err(e) = client.batch_execute(&stmt).await {
-                let _ = client.batch_execute("ROLLBACK").await;
-                return Err(StoreError::Open(format!("migration {v} failed: {}", describe(&e))));
-            }
-        }
-        Ok(())
-    }
-    .await;
+    let r = f(client).await;
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
     let _ = client.batch_execute("RESET statement_timeout").await;
     r
+}
+
+/// The newest version recorded per line, creating the record table (and adopting the records
+/// kept before it) if needed. Call under the migration lock.
+async fn applied_versions(
+    client: &tokio_postgres::Client,
+) -> StoreResult<std::collections::HashMap<String, (u32, Option<Timestamp>)>> {
+    client.batch_execute(MIGRATIONS_TABLE).await.map_err(q)?;
+    let now = chrono::Utc::now();
+    let adopt_jobs = client
+        .query_one(
+            "SELECT to_regclass('onus_schema') IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'jobs')",
+            &[],
+        )
+        .await
+        .map_err(q)?
+        .get::<_, bool>(0);
+    if adopt_jobs {
+        let legacy: i32 = client
+            .query_opt("SELECT max(version) FROM onus_schema", &[])
+            .await
+            .map_err(q)?
+            .and_then(|r| r.get::<_, Option<i32>>(0))
+            .unwrap_or(0);
+        for v in 1..=legacy.max(0) {
+            let name = crate::db::JOBS
+                .postgres
+                .get(v as usize - 1)
+                .map_or("(recorded before onus_migrations)", |m| m.name);
+            client
+                .execute(
+                    "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ('jobs', $1, $2, $3)",
+                    &[&v, &name, &now],
+                )
+                .await
+                .map_err(q)?;
+        }
+    }
+    let adopt_webhooks = client
+        .query_one(
+            &format!(
+                "SELECT to_regclass('{}') IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'webhooks')",
+                crate::db::migrate::LEGACY_WEBHOOKS_TABLE
+            ),
+            &[],
+        )
+        .await
+        .map_err(q)?
+        .get::<_, bool>(0);
+    if adopt_webhooks {
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO onus_migrations (line, version, name, applied_at)
+                     SELECT DISTINCT 'webhooks', version::integer, '(recorded before onus_migrations)', $1 FROM {}",
+                    crate::db::migrate::LEGACY_WEBHOOKS_TABLE
+                ),
+                &[&now],
+            )
+            .await
+            .map_err(q)?;
+    }
+    let rows = client
+        .query(
+            "SELECT line, max(version), max(applied_at) FROM onus_migrations GROUP BY line",
+            &[],
+        )
+        .await
+        .map_err(q)?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let v: i32 = r.get(1);
+            (r.get::<_, String>(0), (v.max(0) as u32, r.get(2)))
+        })
+        .collect())
+}
+
+/// Applies the pending migrations of `lines`, each in a transaction with its record.
+async fn apply_lines(
+    client: &tokio_postgres::Client,
+    lines: &[&'static Line],
+) -> StoreResult<Vec<Applied>> {
+    under_migration_lock(client, async |client| {
+        let have = applied_versions(client).await?;
+        let mut out = Vec::new();
+        for line in crate::db::migrate::with_jobs(lines) {
+            let version = have.get(line.name).map_or(0, |(v, _)| *v);
+            for m in line.pending(crate::db::Backend::Postgres, version)? {
+                let run = async {
+                    client.batch_execute("BEGIN").await?;
+                    client.batch_execute(m.sql).await?;
+                    client
+                        .execute(
+                            "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ($1, $2, $3, $4)",
+                            &[&line.name, &(m.version as i32), &m.name, &chrono::Utc::now()],
+                        )
+                        .await?;
+                    client.batch_execute("COMMIT").await
+                };
+                if let Err(e) = run.await {
+                    let _ = client.batch_execute("ROLLBACK").await;
+                    return Err(crate::db::migrate::failed(line, m, describe(&e)));
+                }
+                out.push(Applied {
+                    line: line.name.to_string(),
+                    version: m.version,
+                    name: m.name.to_string(),
+                });
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+async fn line_status(
+    client: &tokio_postgres::Client,
+    lines: &[&'static Line],
+) -> StoreResult<Vec<LineStatus>> {
+    under_migration_lock(client, async |client| {
+        let have = applied_versions(client).await?;
+        crate::db::migrate::with_jobs(lines)
+            .into_iter()
+            .map(|line| {
+                let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
+                LineStatus::of(line, crate::db::Backend::Postgres, v, at)
+            })
+            .collect()
+    })
+    .await
+}
+
+/// The rows of a component's statement.
+pub(crate) async fn component_rows(
+    c: &impl GenericClient,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<Vec<crate::db::Row>> {
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+    let rows = c
+        .query(sql.text(crate::db::Backend::Postgres), &refs)
+        .await
+        .map_err(q)?;
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let columns: std::sync::Arc<[String]> = first
+        .columns()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let values = (0..columns.len())
+                .map(|i| {
+                    crate::db::value::from_postgres(r, i).map_err(|problem| StoreError::Decode {
+                        table: sql.table,
+                        column: columns[i].clone(),
+                        problem,
+                    })
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            Ok(crate::db::Row::new(sql.table, columns.clone(), values))
+        })
+        .collect()
+}
+
+/// Runs a component's statement; returns the rows it changed.
+pub(crate) async fn component_execute(
+    c: &impl GenericClient,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<u64> {
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+    c.execute(sql.text(crate::db::Backend::Postgres), &refs)
+        .await
+        .map_err(q)
 }
 
 /// Inserts one job through `client`, which may be the caller's own open transaction: the job
@@ -691,6 +864,48 @@ impl Store for PostgresStore {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        // The operation need not be Send (it is written once for both backends): it runs to
+        // completion on a blocking thread, its queries driven by this runtime.
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            handle.block_on(async move {
+                let tx = client.transaction().await.map_err(q)?;
+                {
+                    let any = crate::db::AnyTx::Postgres(crate::db::PgTx::new(&tx));
+                    op(&any).await?;
+                }
+                tx.commit().await.map_err(q)
+            })
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
+    }
+
+    async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()> {
+        let client = self.client().await?;
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            handle.block_on(async move {
+                let any = crate::db::AnyTx::Postgres(crate::db::PgTx::client(&client));
+                op(&any).await
+            })
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
+    }
+
+    async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
+        let client = self.client().await?;
+        apply_lines(&client, lines).await
+    }
+
+    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
+        let client = self.client().await?;
+        line_status(&client, lines).await
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {

@@ -25,7 +25,6 @@ use crate::outcome::Transition;
 
 pub use rusqlite;
 
-const MIGRATIONS: &[&str] = &[include_str!("001_jobs.sql")];
 const CLAIM_SQL: &str = include_str!("claim.sql");
 
 /// How hard a commit waits for the disk.
@@ -48,6 +47,9 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// Most writes committed in one transaction.
     pub max_batch: usize,
+    /// Whether opening applies the job layer's pending migrations (the default). Without it,
+    /// apply them with [`Store::migrate`] (`onus migrate`) before use.
+    pub migrate: bool,
 }
 
 impl SqliteOptions {
@@ -58,6 +60,7 @@ impl SqliteOptions {
             durability: Durability::Full,
             busy_timeout: Duration::from_secs(30),
             max_batch: 1024,
+            migrate: true,
         }
     }
 
@@ -174,35 +177,194 @@ fn connect(opts: &SqliteOptions, write: bool) -> StoreResult<Connection> {
     Ok(conn)
 }
 
-fn migrate(conn: &mut Connection, path: &Path) -> StoreResult<()> {
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
+const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
+    line       TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL,
+    PRIMARY KEY (line, version)
+)";
+
+/// The newest version recorded per line, creating the record table (and adopting the records
+/// kept before it) if needed. Runs inside the caller's write transaction.
+fn applied_versions(
+    conn: &Connection,
+) -> StoreResult<std::collections::HashMap<String, (u32, Option<i64>)>> {
+    conn.execute_batch(MIGRATIONS_TABLE).map_err(q)?;
+    let now = us(chrono::Utc::now());
+    let none: bool = conn
+        .query_row(
+            "SELECT NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'jobs')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(q)?;
+    if none {
+        let legacy: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(q)?;
+        for v in 1..=legacy.clamp(0, i64::from(u16::MAX)) {
+            let name = crate::db::JOBS
+                .sqlite
+                .get(v as usize - 1)
+                .map_or("(recorded before onus_migrations)", |m| m.name);
+            conn.execute(
+                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ('jobs', ?1, ?2, ?3)",
+                params![v, name, now],
+            )
+            .map_err(q)?;
+        }
+    }
+    let legacy_webhooks: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)
+             AND NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'webhooks')",
+            [crate::db::migrate::LEGACY_WEBHOOKS_TABLE],
+            |r| r.get(0),
+        )
+        .map_err(q)?;
+    if legacy_webhooks {
+        conn.execute(
+            &format!(
+                "INSERT INTO onus_migrations (line, version, name, applied_at)
+                 SELECT DISTINCT 'webhooks', version, '(recorded before onus_migrations)', ?1 FROM {}",
+                crate::db::migrate::LEGACY_WEBHOOKS_TABLE
+            ),
+            [now],
+        )
+        .map_err(q)?;
+    }
+    let mut stmt = conn
+        .prepare("SELECT line, MAX(version), MAX(applied_at) FROM onus_migrations GROUP BY line")
+        .map_err(q)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))
+        .map_err(q)?;
+    rows.collect::<rusqlite::Result<_>>().map_err(q)
+}
+
+/// Applies the pending migrations of `lines` inside the caller's write transaction (which holds
+/// SQLite's write lock, so no other process migrates at the same time).
+fn apply_lines(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
+    let have = applied_versions(conn)?;
+    let mut out = Vec::new();
+    for line in crate::db::migrate::with_jobs(lines) {
+        let version = have.get(line.name).map_or(0, |(v, _)| *v);
+        for m in line.pending(crate::db::Backend::Sqlite, version)? {
+            conn.execute_batch(m.sql)
+                .map_err(|e| crate::db::migrate::failed(line, m, e))?;
+            conn.execute(
+                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)",
+                params![line.name, m.version, m.name, us(chrono::Utc::now())],
+            )
+            .map_err(q)?;
+            out.push(Applied {
+                line: line.name.to_string(),
+                version: m.version,
+                name: m.name.to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn line_status(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
+    let have = applied_versions(conn)?;
+    crate::db::migrate::with_jobs(lines)
+        .into_iter()
+        .map(|line| {
+            let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
+            LineStatus::of(line, crate::db::Backend::Sqlite, v, ts(at))
+        })
+        .collect()
+}
+
+/// Runs `f` in a transaction of its own that holds the write lock (before the writer starts).
+fn immediate<R>(
+    conn: &mut Connection,
+    path: &Path,
+    f: impl FnOnce(&Connection) -> StoreResult<R>,
+) -> StoreResult<R> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(|e| open_err(path, e))?;
-    if version as usize > MIGRATIONS.len() {
-        return Err(StoreError::Open(format!(
-            "the database at {} has schema version {version}, newer than this Onus knows ({}); upgrade Onus",
-            path.display(),
-            MIGRATIONS.len()
+    let r = f(&tx)?;
+    tx.commit().map_err(|e| open_err(path, e))?;
+    Ok(r)
+}
+
+/// The rows of a component's statement on `conn`.
+pub(crate) fn component_rows(
+    conn: &Connection,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<Vec<crate::db::Row>> {
+    let mut st = component_statement(conn, sql, params)?;
+    let columns: Arc<[String]> = st.column_names().into_iter().map(String::from).collect();
+    let n = columns.len();
+    let mut rows = st
+        .query(rusqlite::params_from_iter(params.iter()))
+        .map_err(q)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(q)? {
+        let mut values = Vec::with_capacity(n);
+        for i in 0..n {
+            values.push(crate::db::value::from_sqlite(r.get_ref(i).map_err(q)?));
+        }
+        out.push(crate::db::Row::new(sql.table, columns.clone(), values));
+    }
+    Ok(out)
+}
+
+/// Runs a component's statement on `conn`; returns the rows it changed.
+pub(crate) fn component_execute(
+    conn: &Connection,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<u64> {
+    let mut st = component_statement(conn, sql, params)?;
+    if st.column_count() > 0 {
+        // A statement with RETURNING: step through it so every row is written.
+        let mut rows = st
+            .query(rusqlite::params_from_iter(params.iter()))
+            .map_err(q)?;
+        let mut n = 0;
+        while rows.next().map_err(q)?.is_some() {
+            n += 1;
+        }
+        return Ok(n);
+    }
+    st.execute(rusqlite::params_from_iter(params.iter()))
+        .map(|n| n as u64)
+        .map_err(q)
+}
+
+fn component_statement<'c>(
+    conn: &'c Connection,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<rusqlite::CachedStatement<'c>> {
+    let text = sql.text(crate::db::Backend::Sqlite);
+    let st = conn.prepare_cached(text).map_err(q)?;
+    // `$n` parameters are bound by position: they must first appear in order, one value each.
+    let n = st.parameter_count();
+    for i in 1..=n {
+        let expected = format!("${i}");
+        if st.parameter_name(i) != Some(expected.as_str()) {
+            return Err(StoreError::Query(format!(
+                "parameter {i} of a statement on {} is not ${i} (number parameters in order of first use): {text}",
+                sql.table
+            )));
+        }
+    }
+    if n != params.len() {
+        return Err(StoreError::Query(format!(
+            "a statement on {} takes {n} parameters but was given {}: {text}",
+            sql.table,
+            params.len()
         )));
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| open_err(path, e))?;
-        // Another process may have migrated while we waited for the lock.
-        let now: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| open_err(path, e))?;
-        if now as usize > i {
-            continue;
-        }
-        tx.execute_batch(sql)
-            .map_err(|e| open_err(path, format!("migration {} failed: {e}", i + 1)))?;
-        tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
-            .map_err(|e| open_err(path, e))?;
-        tx.commit().map_err(|e| open_err(path, e))?;
-    }
-    Ok(())
+    Ok(st)
 }
 
 impl SqliteStore {
@@ -211,7 +373,15 @@ impl SqliteStore {
         let o = opts.clone();
         let conn = tokio::task::spawn_blocking(move || -> StoreResult<Connection> {
             let mut conn = connect(&o, true)?;
-            migrate(&mut conn, &o.path)?;
+            if o.migrate {
+                immediate(&mut conn, &o.path, |c| apply_lines(c, &[])).map_err(|e| match e {
+                    StoreError::Open(m) => StoreError::Open(format!(
+                        "cannot apply the schema of the SQLite database at {}: {m}",
+                        o.path.display()
+                    )),
+                    e => open_err(&o.path, e),
+                })?;
+            }
             Ok(conn)
         })
         .await
@@ -402,6 +572,8 @@ fn transient(e: &rusqlite::Error) -> bool {
 fn q(e: rusqlite::Error) -> StoreError {
     if transient(&e) {
         StoreError::Unavailable(e.to_string())
+    } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
+        StoreError::Constraint(e.to_string())
     } else {
         StoreError::Query(e.to_string())
     }
@@ -711,6 +883,32 @@ impl Store for SqliteStore {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()> {
+        self.write(move |conn| {
+            let tx = crate::db::AnyTx::Sqlite(crate::db::SqliteTx::new(conn));
+            crate::db::run_now(op(&tx))
+        })
+        .await
+    }
+
+    async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()> {
+        self.read(move |conn| {
+            let tx = crate::db::AnyTx::Sqlite(crate::db::SqliteTx::new(conn));
+            crate::db::run_now(op(&tx))
+        })
+        .await
+    }
+
+    async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
+        let lines = lines.to_vec();
+        self.write(move |conn| apply_lines(conn, &lines)).await
+    }
+
+    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
+        let lines = lines.to_vec();
+        self.write(move |conn| line_status(conn, &lines)).await
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {

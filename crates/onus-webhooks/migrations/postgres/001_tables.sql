@@ -1,5 +1,5 @@
--- Webhook tables, the same text for SQLite and PostgreSQL: times are Unix microseconds (BIGINT),
--- flags 0/1, JSON as TEXT.
+-- Webhook tables for PostgreSQL, version 1: times as Unix microseconds (BIGINT), flags 0/1, JSON as TEXT.
+-- Version 2 moves them to the convention of the job tables (timestamptz, boolean, jsonb).
 CREATE TABLE IF NOT EXISTS onus_endpoints (
     id              TEXT   PRIMARY KEY,
     url             TEXT   NOT NULL,

@@ -1,0 +1,145 @@
+//! One delivery attempt, in three stages: prepare the signed request, make the one call, record
+//! the outcome and the endpoint's health. The handler only classifies; the job layer retries.
+
+use onus::{JobContext, JobError, JobResult, Timestamp};
+use onus_http::{Request, Sent};
+
+use crate::health::disable_reason;
+use crate::ids::AttemptId;
+use crate::model::{DeliverArgs, DeliveryAttempt, Endpoint, Event, Outcome};
+use crate::{sql, Error, Webhooks};
+
+/// The header carrying the event id, the same on every attempt (consumers de-duplicate on it).
+pub const WEBHOOK_ID: &str = "webhook-id";
+/// The header carrying the time of this attempt, in Unix seconds.
+pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
+/// The header carrying one signature per active secret.
+pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
+/// The body's content type.
+pub const CONTENT_TYPE: &str = "content-type";
+
+/// The most characters of a response body kept with an attempt.
+const EXCERPT_CHARS: usize = 512;
+
+/// A request ready to send, and what it is for.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub endpoint: Endpoint,
+    pub event: Event,
+    pub request: Request,
+}
+
+impl Webhooks {
+    /// Stage 1: the endpoint and event, checked, and the signed request. A gone or disabled
+    /// endpoint, or a pruned event, discards the delivery.
+    pub(crate) async fn prepare(
+        &self,
+        args: &DeliverArgs,
+        now: Timestamp,
+    ) -> Result<Prepared, JobError> {
+        let Some(endpoint) = self.endpoint_opt(&args.endpoint_id).await? else {
+            return Err(JobError::discard(format!(
+                "endpoint {} is gone",
+                args.endpoint_id
+            )));
+        };
+        if !endpoint.enabled {
+            return Err(JobError::discard(format!(
+                "endpoint {} is disabled: {}",
+                endpoint.id,
+                endpoint.disabled_reason.as_deref().unwrap_or("by request")
+            )));
+        }
+        let event = self.event_for_job(&args.event_id).await?;
+        let body = serde_json::to_vec(&event.payload).map_err(JobError::discard_err)?;
+        let stamp = now.timestamp(); // the time of this attempt
+        let signature =
+            crate::signing::signature_header(&endpoint.secrets, &event.id, stamp, &body)
+                .map_err(JobError::discard_err)?;
+        let request = Request {
+            method: "POST".into(),
+            url: endpoint.url.clone(),
+            headers: vec![
+                (CONTENT_TYPE.into(), "application/json".into()),
+                (WEBHOOK_ID.into(), event.id.to_string()),
+                (WEBHOOK_TIMESTAMP.into(), stamp.to_string()),
+                (WEBHOOK_SIGNATURE.into(), signature),
+            ],
+            body: Some(body),
+        };
+        Ok(Prepared {
+            endpoint,
+            event,
+            request,
+        })
+    }
+
+    /// Stage 2: the one call.
+    pub(crate) async fn call(&self, p: &Prepared, now: Timestamp) -> Sent {
+        self.inner
+            .http
+            .send(&p.request, now, self.inner.cfg.snooze_cap)
+            .await
+    }
+
+    /// Stage 3: the attempt's record, the endpoint's health, and the classification for the job
+    /// layer.
+    pub(crate) async fn record(&self, ctx: &JobContext, p: Prepared, sent: Sent) -> JobResult {
+        let now = ctx.now();
+        let attempt = DeliveryAttempt {
+            id: AttemptId::random(),
+            event_id: p.event.id.clone(),
+            endpoint_id: p.endpoint.id.clone(),
+            job_id: ctx.job().id,
+            attempt: ctx.attempt(),
+            attempted_at: now,
+            status: sent.status,
+            duration_ms: sent.duration.as_micros() as f64 / 1000.0,
+            response_excerpt: sent.excerpt.chars().take(EXCERPT_CHARS).collect(),
+            error: sent.error.clone(),
+            outcome: Outcome::of(&sent.class),
+        };
+        let ep = p.endpoint.id.clone();
+        let reset_before = onus::clock::sub(now, self.inner.cfg.failure_reset);
+        let success = sent.class.is_success();
+        let failing_since = self
+            .inner
+            .db
+            .tx(move |tx| {
+                Box::pin(async move {
+                    sql::insert_attempt(tx, &attempt).await?;
+                    if success {
+                        sql::mark_healthy(tx, &ep).await?;
+                        return Ok::<_, Error>(None);
+                    }
+                    Ok(sql::mark_failing(tx, &ep, now, reset_before).await?)
+                })
+            })
+            .await?;
+        if success {
+            return Ok(());
+        }
+        let failing_since = failing_since.unwrap_or(now);
+        if let Some(reason) = disable_reason(
+            sent.status,
+            failing_since,
+            now,
+            self.inner.cfg.disable_after,
+        ) {
+            tracing::warn!(endpoint = %p.endpoint.id, reason = %reason, "disabling webhook endpoint");
+            self.disable(&p.endpoint.id, &reason).await?;
+            return Err(JobError::discard(format!(
+                "endpoint {} disabled: {reason}",
+                p.endpoint.id
+            )));
+        }
+        sent.class.into_job_result(ctx.job())
+    }
+
+    /// A delivery job: prepare, call, record.
+    pub(crate) async fn deliver(&self, ctx: &JobContext, args: &DeliverArgs) -> JobResult {
+        let p = self.prepare(args, ctx.now()).await?;
+        let sent = self.call(&p, ctx.now()).await;
+        self.record(ctx, p, sent).await
+    }
+}

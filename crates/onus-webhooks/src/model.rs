@@ -1,0 +1,253 @@
+//! The records: endpoints, events, delivery attempts, and the args of the webhook kinds.
+
+use onus::db::{FromRow, FromValue, Json, Row, Value};
+use onus::{StoreResult, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{AttemptId, EndpointId, EventId};
+
+/// A webhook endpoint. Its `Debug` output hides the secrets.
+#[derive(Clone, PartialEq, Serialize)]
+pub struct Endpoint {
+    /// Its id (`ep_...`).
+    pub id: EndpointId,
+    /// The URL deliveries are POSTed to.
+    pub url: String,
+    /// A note from whoever created it.
+    pub description: String,
+    /// The event types it receives; empty means every type.
+    pub event_types: Vec<String>,
+    /// The active signing secrets, newest first (`whsec_...`). Shown only on creation and rotation.
+    #[serde(skip)]
+    pub secrets: Vec<String>,
+    /// Whether deliveries go out to it.
+    pub enabled: bool,
+    /// Why it was disabled (by hand, a 410, or failing too long).
+    pub disabled_reason: Option<String>,
+    /// Since when it has been failing without a success in between.
+    pub failing_since: Option<Timestamp>,
+    /// Its latest failure.
+    pub last_failure_at: Option<Timestamp>,
+    /// Until when a delivery holds the endpoint's lease (one delivery in flight at a time).
+    pub busy_until: Option<Timestamp>,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .field("description", &self.description)
+            .field("event_types", &self.event_types)
+            .field("secrets", &format_args!("[{} hidden]", self.secrets.len()))
+            .field("enabled", &self.enabled)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("failing_since", &self.failing_since)
+            .field("last_failure_at", &self.last_failure_at)
+            .field("busy_until", &self.busy_until)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+impl FromRow for Endpoint {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Endpoint {
+            id: r.get("id")?,
+            url: r.get("url")?,
+            description: r.get("description")?,
+            event_types: r.get::<Json<Vec<String>>>("event_types")?.0,
+            secrets: r.get::<Json<Vec<String>>>("secrets")?.0,
+            enabled: r.get("enabled")?,
+            disabled_reason: r.get("disabled_reason")?,
+            failing_since: r.get("failing_since")?,
+            last_failure_at: r.get("last_failure_at")?,
+            busy_until: None,
+            created_at: r.get("created_at")?,
+        })
+    }
+}
+
+/// A new endpoint. Its `Debug` output hides the secret.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewEndpoint {
+    /// The URL deliveries are POSTed to (`https://...`).
+    pub url: String,
+    /// The event types it receives; empty or absent means every type.
+    #[serde(default)]
+    pub event_types: Vec<String>,
+    /// Its signing secret (`whsec_...`); one is made when absent.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// A note.
+    #[serde(default)]
+    pub description: String,
+}
+
+impl std::fmt::Debug for NewEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewEndpoint")
+            .field("url", &self.url)
+            .field("event_types", &self.event_types)
+            .field("secret", &self.secret.as_ref().map(|_| "(hidden)"))
+            .field("description", &self.description)
+            .finish()
+    }
+}
+
+/// The largest event payload accepted, as serialized JSON.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+
+/// An event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Its id (`msg_...` unless the publisher chose one), sent as `webhook-id`.
+    pub id: EventId,
+    /// Its type, such as `invoice.paid`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The JSON payload sent as the body.
+    pub payload: serde_json::Value,
+    /// When it was published.
+    pub created_at: Timestamp,
+}
+
+impl FromRow for Event {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Event {
+            id: r.get("id")?,
+            event_type: r.get("type")?,
+            payload: r.get("payload")?,
+            created_at: r.get("created_at")?,
+        })
+    }
+}
+
+/// How one delivery attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The endpoint answered 2xx.
+    Success,
+    /// It failed in a way another attempt may fix (5xx, 408, a timeout, a reset).
+    Retryable,
+    /// The endpoint asked for time (429 or 503 with `Retry-After`).
+    Snoozed,
+    /// Another attempt cannot help (another 4xx, a refused destination).
+    Permanent,
+}
+
+impl Outcome {
+    /// Its name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Retryable => "retryable",
+            Outcome::Snoozed => "snoozed",
+            Outcome::Permanent => "permanent",
+        }
+    }
+
+    /// The outcome of a classified answer.
+    pub fn of(class: &onus_http::Class) -> Self {
+        match class {
+            onus_http::Class::Success => Outcome::Success,
+            onus_http::Class::Snooze { .. } => Outcome::Snoozed,
+            onus_http::Class::Retryable(_) => Outcome::Retryable,
+            onus_http::Class::Permanent(_) => Outcome::Permanent,
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<Outcome> for Value {
+    fn from(o: Outcome) -> Value {
+        Value::Text(o.as_str().into())
+    }
+}
+
+impl FromValue for Outcome {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        let s = String::from_value(v)?;
+        [
+            Outcome::Success,
+            Outcome::Retryable,
+            Outcome::Snoozed,
+            Outcome::Permanent,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+        .ok_or_else(|| {
+            format!("{s:?} is not an outcome (success, retryable, snoozed or permanent)")
+        })
+    }
+}
+
+/// One delivery attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeliveryAttempt {
+    /// Its id (`att_...`).
+    pub id: AttemptId,
+    /// The event delivered.
+    pub event_id: EventId,
+    /// The endpoint it went to.
+    pub endpoint_id: EndpointId,
+    /// The delivery job.
+    pub job_id: i64,
+    /// The job's attempt number.
+    pub attempt: u32,
+    /// When it was made.
+    pub attempted_at: Timestamp,
+    /// The response status, if a response came.
+    pub status: Option<u16>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+    /// The start of the response body.
+    pub response_excerpt: String,
+    /// The transport error, if no response came.
+    pub error: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl FromRow for DeliveryAttempt {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(DeliveryAttempt {
+            id: r.get("id")?,
+            event_id: r.get("event_id")?,
+            endpoint_id: r.get("endpoint_id")?,
+            job_id: r.get("job_id")?,
+            attempt: r.get("attempt")?,
+            attempted_at: r.get("attempted_at")?,
+            status: r.get("status")?,
+            duration_ms: r.get::<i64>("duration_us")? as f64 / 1000.0,
+            response_excerpt: r.get("response_excerpt")?,
+            error: r.get("error")?,
+            outcome: r.get("outcome")?,
+        })
+    }
+}
+
+/// The args of a delivery job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliverArgs {
+    /// The event to deliver.
+    pub event_id: EventId,
+    /// The endpoint to deliver it to.
+    pub endpoint_id: EndpointId,
+}
+
+/// The args of a fan-out job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FanoutArgs {
+    /// The event to fan out.
+    pub event_id: EventId,
+}

@@ -1,0 +1,275 @@
+//! Every statement on the webhook tables, and the operations made of them, each written once as
+//! a function generic over [`Tx`] so it runs in the component's own transactions and in the
+//! caller's alike. Times, flags and JSON are bound as [`Value`]s in each backend's convention.
+
+use onus::db::{Line, Row, Sql, Tx, Value};
+use onus::store::InsertRow;
+use onus::{StoreResult, Timestamp};
+
+use crate::ids::{EndpointId, EventId};
+use crate::model::{DeliveryAttempt, Endpoint};
+
+/// The webhook tables' migration line.
+pub static MIGRATIONS: Line = Line {
+    name: "webhooks",
+    sqlite: onus::migrations!("../migrations/sqlite", "001_tables.sql"),
+    postgres: onus::migrations!(
+        "../migrations/postgres",
+        "001_tables.sql",
+        "002_native_types.sql"
+    ),
+};
+
+const ENDPOINTS: &str = "onus_endpoints";
+const EVENTS: &str = "onus_events";
+const DELIVERIES: &str = "onus_deliveries";
+const ATTEMPTS: &str = "onus_delivery_attempts";
+
+static INSERT_ENDPOINT: Sql = Sql::new(
+    ENDPOINTS,
+    "INSERT INTO onus_endpoints (id, url, description, event_types, secrets, enabled, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, TRUE, $6, $6)
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at",
+);
+
+pub(crate) static ENDPOINT: Sql = Sql::new(
+    ENDPOINTS,
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at
+     FROM onus_endpoints WHERE id = $1",
+);
+
+pub(crate) static ALL_ENDPOINTS: Sql = Sql::new(
+    ENDPOINTS,
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at
+     FROM onus_endpoints ORDER BY created_at, id",
+);
+
+pub(crate) static SET_SECRETS: Sql = Sql::new(
+    ENDPOINTS,
+    "UPDATE onus_endpoints SET secrets = $1, updated_at = $2 WHERE id = $3",
+);
+
+pub(crate) static DELETE_ENDPOINT: Sql = Sql::new(
+    ENDPOINTS,
+    "DELETE FROM onus_endpoints WHERE id = $1 RETURNING id",
+);
+
+pub(crate) static ENABLE: Sql = Sql::new(
+    ENDPOINTS,
+    "UPDATE onus_endpoints SET enabled = TRUE, disabled_reason = NULL, failing_since = NULL, last_failure_at = NULL,
+        updated_at = $1 WHERE id = $2
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at",
+);
+
+pub(crate) static DISABLE: Sql = Sql::new(
+    ENDPOINTS,
+    "UPDATE onus_endpoints SET enabled = FALSE, disabled_reason = $1, updated_at = $2 WHERE id = $3 RETURNING id",
+);
+
+static MARK_HEALTHY: Sql = Sql::new(
+    ENDPOINTS,
+    "UPDATE onus_endpoints SET failing_since = NULL, last_failure_at = NULL WHERE id = $1 AND failing_since IS NOT NULL",
+);
+
+static MARK_FAILING: Sql = Sql::new(
+    ENDPOINTS,
+    "UPDATE onus_endpoints SET
+        failing_since = CASE WHEN failing_since IS NULL OR last_failure_at IS NULL OR last_failure_at < $1
+                        THEN $2 ELSE failing_since END,
+        last_failure_at = $2, updated_at = $2
+     WHERE id = $3 RETURNING failing_since",
+);
+
+static INSERT_EVENT: Sql = Sql::new(
+    EVENTS,
+    "INSERT INTO onus_events (id, type, payload, created_at) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (id) DO NOTHING RETURNING id",
+);
+
+pub(crate) static EVENT: Sql = Sql::new(
+    EVENTS,
+    "SELECT id, type, payload, created_at FROM onus_events WHERE id = $1",
+);
+
+static INSERT_DELIVERY: Sql = Sql::new(
+    DELIVERIES,
+    "INSERT INTO onus_deliveries (event_id, endpoint_id, created_at) VALUES ($1, $2, $3)
+     ON CONFLICT (event_id, endpoint_id) DO NOTHING RETURNING endpoint_id",
+);
+
+static INSERT_ATTEMPT: Sql = Sql::new(
+    ATTEMPTS,
+    "INSERT INTO onus_delivery_attempts (id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us,
+        response_excerpt, error, outcome)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+);
+
+pub(crate) static ATTEMPTS_OF_EVENT: Sql = Sql::new(
+    ATTEMPTS,
+    "SELECT id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us, response_excerpt, error, outcome
+     FROM onus_delivery_attempts WHERE event_id = $1 ORDER BY attempted_at, id",
+);
+
+static PRUNE_EVENTS: Sql = Sql::new(EVENTS, "DELETE FROM onus_events WHERE created_at < $1");
+static PRUNE_ATTEMPTS: Sql = Sql::new(
+    ATTEMPTS,
+    "DELETE FROM onus_delivery_attempts WHERE attempted_at < $1",
+);
+static PRUNE_DELIVERIES: Sql = Sql::new(
+    DELIVERIES,
+    "DELETE FROM onus_deliveries WHERE created_at < $1",
+);
+
+/// A new endpoint's row.
+pub(crate) struct NewEndpointRow {
+    pub id: EndpointId,
+    pub url: String,
+    pub description: String,
+    pub event_types: Vec<String>,
+    pub secret: String,
+    pub now: Timestamp,
+}
+
+pub(crate) async fn insert_endpoint<T: Tx + ?Sized>(
+    tx: &T,
+    e: NewEndpointRow,
+) -> StoreResult<Option<Endpoint>> {
+    tx.fetch_opt(
+        &INSERT_ENDPOINT,
+        &[
+            e.id.into(),
+            e.url.into(),
+            e.description.into(),
+            Value::json(&e.event_types),
+            Value::json(&[e.secret]),
+            e.now.into(),
+        ],
+    )
+    .await
+}
+
+pub(crate) async fn set_secrets<T: Tx + ?Sized>(
+    tx: &T,
+    id: &EndpointId,
+    secrets: &[String],
+    now: Timestamp,
+) -> StoreResult<u64> {
+    tx.execute(&SET_SECRETS, &[Value::json(secrets), now.into(), id.into()])
+        .await
+}
+
+pub(crate) fn disable_params(id: &EndpointId, reason: &str, now: Timestamp) -> Vec<Value> {
+    vec![reason.into(), now.into(), id.into()]
+}
+
+pub(crate) fn enable_params(id: &EndpointId, now: Timestamp) -> Vec<Value> {
+    vec![now.into(), id.into()]
+}
+
+/// An event ready to write, with its fan-out job.
+#[derive(Debug, Clone)]
+pub(crate) struct EventRow {
+    pub id: EventId,
+    pub event_type: String,
+    pub payload: serde_json::Value,
+    pub now: Timestamp,
+}
+
+/// Writes an event and, when it is new, its fan-out job; true when the event was new (a
+/// concurrent publish of the same id delivers once).
+pub(crate) async fn insert_event<T: Tx + ?Sized>(
+    tx: &T,
+    e: &EventRow,
+    fanout: InsertRow,
+) -> StoreResult<bool> {
+    let new = tx
+        .query(
+            &INSERT_EVENT,
+            &[
+                (&e.id).into(),
+                e.event_type.as_str().into(),
+                Value::Json(e.payload.clone()),
+                e.now.into(),
+            ],
+        )
+        .await?;
+    if new.is_empty() {
+        return Ok(false);
+    }
+    tx.insert_job(fanout).await?;
+    Ok(true)
+}
+
+/// Records that `event` fans out to `endpoint` and inserts its delivery job, unless that pair
+/// was fanned out before (a fan-out that runs again delivers nothing twice). True when new.
+pub(crate) async fn insert_delivery<T: Tx + ?Sized>(
+    tx: &T,
+    event: &EventId,
+    endpoint: &EndpointId,
+    job: InsertRow,
+    now: Timestamp,
+) -> StoreResult<bool> {
+    let new = tx
+        .query(
+            &INSERT_DELIVERY,
+            &[event.into(), endpoint.into(), now.into()],
+        )
+        .await?;
+    if new.is_empty() {
+        return Ok(false);
+    }
+    tx.insert_job(job).await?;
+    Ok(true)
+}
+
+/// Records one delivery attempt.
+pub(crate) async fn insert_attempt<T: Tx + ?Sized>(tx: &T, a: &DeliveryAttempt) -> StoreResult<()> {
+    tx.execute(
+        &INSERT_ATTEMPT,
+        &[
+            (&a.id).into(),
+            (&a.event_id).into(),
+            (&a.endpoint_id).into(),
+            a.job_id.into(),
+            a.attempt.into(),
+            a.attempted_at.into(),
+            a.status.into(),
+            ((a.duration_ms * 1000.0).round() as i64).into(),
+            a.response_excerpt.as_str().into(),
+            a.error.clone().into(),
+            a.outcome.into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A success clears the endpoint's failure run.
+pub(crate) async fn mark_healthy<T: Tx + ?Sized>(tx: &T, id: &EndpointId) -> StoreResult<()> {
+    tx.execute(&MARK_HEALTHY, &[id.into()]).await?;
+    Ok(())
+}
+
+/// A failure extends the endpoint's failure run, or starts a new one when the previous failure
+/// is older than `reset_before`; returns when the run started (None: the endpoint is gone).
+pub(crate) async fn mark_failing<T: Tx + ?Sized>(
+    tx: &T,
+    id: &EndpointId,
+    now: Timestamp,
+    reset_before: Timestamp,
+) -> StoreResult<Option<Timestamp>> {
+    let rows = tx
+        .query(&MARK_FAILING, &[reset_before.into(), now.into(), id.into()])
+        .await?;
+    rows.first()
+        .map(|r: &Row| r.get::<Timestamp>("failing_since"))
+        .transpose()
+}
+
+/// Deletes events, attempts and fan-out records older than `before`; returns events deleted.
+pub(crate) async fn prune<T: Tx + ?Sized>(tx: &T, before: Timestamp) -> StoreResult<u64> {
+    let events = tx.execute(&PRUNE_EVENTS, &[before.into()]).await?;
+    tx.execute(&PRUNE_ATTEMPTS, &[before.into()]).await?;
+    tx.execute(&PRUNE_DELIVERIES, &[before.into()]).await?;
+    Ok(events)
+}

@@ -1,0 +1,306 @@
+//! Values bound to and read from component statements, in each backend's type convention.
+
+use chrono::DateTime;
+use serde::de::DeserializeOwned;
+use tokio_postgres::types::{IsNull, ToSql, Type};
+
+use crate::clock::Timestamp;
+
+/// A parameter or a column value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// NULL.
+    Null,
+    /// A flag (`boolean` on PostgreSQL, 0/1 on SQLite).
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// Text.
+    Text(String),
+    /// An instant (`timestamptz` on PostgreSQL, Unix microseconds on SQLite).
+    Time(Timestamp),
+    /// JSON (`jsonb` on PostgreSQL, text on SQLite).
+    Json(serde_json::Value),
+    /// Bytes.
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "NULL",
+            Value::Bool(_) => "a boolean",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a number",
+            Value::Text(_) => "text",
+            Value::Time(_) => "a time",
+            Value::Json(_) => "JSON",
+            Value::Bytes(_) => "bytes",
+        }
+    }
+
+    /// JSON of any serializable value (a serialization failure is a bug in the caller's type).
+    pub fn json<T: serde::Serialize + ?Sized>(v: &T) -> Value {
+        Value::Json(serde_json::to_value(v).unwrap_or(serde_json::Value::Null))
+    }
+}
+
+macro_rules! from {
+    ($($t:ty => $v:ident),* $(,)?) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Self {
+                Value::$v(v.into())
+            }
+        }
+    )*};
+}
+
+from!(bool => Bool, i64 => Int, i32 => Int, u32 => Int, u16 => Int, f64 => Float,
+      String => Text, &str => Text, Timestamp => Time, serde_json::Value => Json);
+
+impl From<&String> for Value {
+    fn from(v: &String) -> Self {
+        Value::Text(v.clone())
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map(Into::into).unwrap_or(Value::Null)
+    }
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(match self {
+            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Bool(b) => ToSqlOutput::from(i64::from(*b)),
+            Value::Int(v) => ToSqlOutput::from(*v),
+            Value::Float(v) => ToSqlOutput::from(*v),
+            Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Value::Time(t) => ToSqlOutput::from(t.timestamp_micros()),
+            Value::Json(j) => ToSqlOutput::from(j.to_string()),
+            Value::Bytes(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
+        })
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+impl ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut tokio_postgres::types::private::BytesMut,
+    ) -> Result<IsNull, BoxError> {
+        let mismatch = || -> BoxError {
+            format!("cannot bind {} to a parameter of type {ty}", self.kind()).into()
+        };
+        match (self, ty) {
+            (Value::Null, _) => Ok(IsNull::Yes),
+            (Value::Bool(b), &Type::BOOL) => b.to_sql(ty, out),
+            (Value::Int(v), &Type::INT8) => v.to_sql(ty, out),
+            (Value::Int(v), &Type::INT4) => i32::try_from(*v)?.to_sql(ty, out),
+            (Value::Int(v), &Type::INT2) => i16::try_from(*v)?.to_sql(ty, out),
+            (Value::Int(v), &Type::FLOAT8) => (*v as f64).to_sql(ty, out),
+            (Value::Float(v), &Type::FLOAT8) => v.to_sql(ty, out),
+            (Value::Float(v), &Type::FLOAT4) => (*v as f32).to_sql(ty, out),
+            (Value::Text(s), _) if <&str as ToSql>::accepts(ty) => s.as_str().to_sql(ty, out),
+            (Value::Time(t), &Type::TIMESTAMPTZ) => t.to_sql(ty, out),
+            (Value::Json(j), &Type::JSONB | &Type::JSON) => j.to_sql(ty, out),
+            (Value::Json(j), _) if <&str as ToSql>::accepts(ty) => {
+                j.to_string().as_str().to_sql(ty, out)
+            }
+            (Value::Bytes(b), &Type::BYTEA) => b.as_slice().to_sql(ty, out),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true // checked per value in to_sql, with an error naming both types
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// A SQLite column value.
+pub(crate) fn from_sqlite(v: rusqlite::types::ValueRef<'_>) -> Value {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(f) => Value::Float(f),
+        ValueRef::Text(t) => match std::str::from_utf8(t) {
+            Ok(s) => Value::Text(s.to_string()),
+            Err(_) => Value::Bytes(t.to_vec()),
+        },
+        ValueRef::Blob(b) => Value::Bytes(b.to_vec()),
+    }
+}
+
+/// A PostgreSQL column value; an unsupported column type is an error naming it.
+pub(crate) fn from_postgres(row: &tokio_postgres::Row, i: usize) -> Result<Value, String> {
+    let ty = row.columns()[i].type_();
+    let e = |e: tokio_postgres::Error| e.to_string();
+    let v = match *ty {
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)
+            .map_err(e)?
+            .map(Value::Bool),
+        Type::INT8 => row.try_get::<_, Option<i64>>(i).map_err(e)?.map(Value::Int),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)
+            .map_err(e)?
+            .map(|v| Value::Int(v.into())),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(i)
+            .map_err(e)?
+            .map(|v| Value::Int(v.into())),
+        Type::FLOAT8 => row
+            .try_get::<_, Option<f64>>(i)
+            .map_err(e)?
+            .map(Value::Float),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(i)
+            .map_err(e)?
+            .map(|v| Value::Float(v.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row
+            .try_get::<_, Option<String>>(i)
+            .map_err(e)?
+            .map(Value::Text),
+        Type::TIMESTAMPTZ => row
+            .try_get::<_, Option<Timestamp>>(i)
+            .map_err(e)?
+            .map(Value::Time),
+        Type::JSON | Type::JSONB => row
+            .try_get::<_, Option<serde_json::Value>>(i)
+            .map_err(e)?
+            .map(Value::Json),
+        Type::BYTEA => row
+            .try_get::<_, Option<Vec<u8>>>(i)
+            .map_err(e)?
+            .map(Value::Bytes),
+        _ => return Err(format!("the column type {ty} is not one Onus reads")),
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+/// A Rust type a column decodes into. The error says what was found instead.
+pub trait FromValue: Sized {
+    /// Decodes `v`.
+    fn from_value(v: &Value) -> Result<Self, String>;
+}
+
+fn expected<T>(what: &str, v: &Value) -> Result<T, String> {
+    Err(match v {
+        Value::Null => format!("NULL where {what} is required"),
+        v => format!("expected {what}, found {}", v.kind()),
+    })
+}
+
+impl FromValue for Value {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        Ok(v.clone())
+    }
+}
+
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+}
+
+impl FromValue for String {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Text(s) => Ok(s.clone()),
+            v => expected("text", v),
+        }
+    }
+}
+
+impl FromValue for i64 {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Int(i) => Ok(*i),
+            v => expected("an integer", v),
+        }
+    }
+}
+
+macro_rules! int {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            fn from_value(v: &Value) -> Result<Self, String> {
+                let i = i64::from_value(v)?;
+                <$t>::try_from(i).map_err(|_| {
+                    format!("{i} is out of range for {}", stringify!($t))
+                })
+            }
+        }
+    )*};
+}
+
+int!(i32, u32, u16, u64);
+
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Float(f) => Ok(*f),
+            Value::Int(i) => Ok(*i as f64),
+            v => expected("a number", v),
+        }
+    }
+}
+
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Bool(b) => Ok(*b),
+            Value::Int(0) => Ok(false),
+            Value::Int(1) => Ok(true),
+            Value::Int(i) => Err(format!("expected a flag (0 or 1), found {i}")),
+            v => expected("a flag", v),
+        }
+    }
+}
+
+impl FromValue for Timestamp {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Time(t) => Ok(*t),
+            Value::Int(us) => DateTime::from_timestamp_micros(*us)
+                .ok_or_else(|| format!("{us} microseconds is out of range for a time")),
+            v => expected("a time", v),
+        }
+    }
+}
+
+impl FromValue for serde_json::Value {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Json(j) => Ok(j.clone()),
+            Value::Text(s) => serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}")),
+            v => expected("JSON", v),
+        }
+    }
+}
+
+/// A JSON column decoded into `T`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Json<T>(pub T);
+
+impl<T: DeserializeOwned> FromValue for Json<T> {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        let j = serde_json::Value::from_value(v)?;
+        serde_json::from_value(j)
+            .map(Json)
+            .map_err(|e| format!("JSON of the wrong shape: {e}"))
+    }
+}
