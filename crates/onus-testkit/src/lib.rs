@@ -1,5 +1,6 @@
 //! Throwaway services for tests and benchmarks.
 //!
+//! - [`Backend`], [`TestDb`] and [`both!`]: the backend matrix every component's tests run on.
 //! - [`PgCluster`]: a private PostgreSQL server.
 //! - [`sink::HttpSink`]: a scripted HTTP server on loopback that records every request.
 //! - [`sink::ConnCounter`]: a loopback listener that only counts connections.
@@ -12,9 +13,11 @@
 //! `initdb` refuses root. The cluster is stopped and its directory removed when the
 //! [`PgCluster`] is dropped, and by a watchdog if the process dies first.
 
+pub mod backend;
 pub mod proxy;
 pub mod sink;
 
+pub use backend::{Backend, TestDb};
 pub use proxy::TcpProxy;
 
 use std::net::TcpListener;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use onus::{Clock, DiscardReason, Job, JobFilter, JobState, ManualClock, Onus, Options, Running};
 use onus_testkit::sink::{ConnCounter, HttpSink, Received, Reply};
+use onus_testkit::{Backend, TestDb};
 use onus_webhooks::{signing, Endpoint, NewEndpoint, WebhookConfig, Webhooks, DELIVER};
 use serde_json::json;
 
@@ -19,18 +20,12 @@ struct World {
     clock: ManualClock,
     hooks: Webhooks,
     running: Option<Running>,
-    _dir: tempfile::TempDir,
+    _db: TestDb,
 }
 
-async fn world(backend: &str, cfg: WebhookConfig) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let url = match backend {
-        "sqlite" => format!("sqlite://{}", dir.path().join("onus.db").display()),
-        _ => onus_testkit::PgCluster::shared()
-            .fresh_database()
-            .await
-            .unwrap(),
-    };
+async fn world(backend: Backend, cfg: WebhookConfig) -> World {
+    let db = TestDb::new(backend).await;
+    let url = db.url.clone();
     let store = onus::open(&url).await.unwrap();
     let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().unwrap());
     let cfg = WebhookConfig {
@@ -58,7 +53,7 @@ async fn world(backend: &str, cfg: WebhookConfig) -> World {
         clock,
         hooks,
         running,
-        _dir: dir,
+        _db: db,
     }
 }
 
@@ -139,14 +134,7 @@ fn verify(secret: &str, r: &Received) -> Result<(), signing::SignError> {
     signing::verify(secret, &r.headers, &r.body, ts)
 }
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name("sqlite").await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name("postgres").await } )* }
-    };
-}
-
-both!(
+onus_testkit::both!(
     fails_twice_then_delivers_with_one_id_and_fresh_signatures,
     retry_after_snoozes_without_spending_an_attempt,
     gone_disables_the_endpoint_at_once,
@@ -169,7 +157,7 @@ both!(
 
 /// A 2xx answer whose body holds a NUL (PostgreSQL's TEXT refuses it) is one successful
 /// delivery, recorded, and the endpoint's health is updated.
-async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: &str) {
+async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: Backend) {
     let sink = HttpSink::start(|_, n| {
         if n == 1 {
             Reply::status(500).body("oops\0")
@@ -243,7 +231,7 @@ async fn regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debu
     w.stop().await;
 }
 
-async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &str) {
+async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: Backend) {
     let sink = HttpSink::start(|_, n| {
         if n <= 2 {
             Reply::status(500)
@@ -309,7 +297,7 @@ async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: &st
     w.stop().await;
 }
 
-async fn retry_after_snoozes_without_spending_an_attempt(backend: &str) {
+async fn retry_after_snoozes_without_spending_an_attempt(backend: Backend) {
     let sink = HttpSink::start(|_, n| {
         if n == 1 {
             Reply::status(429).header("retry-after", "2")
@@ -344,7 +332,7 @@ async fn retry_after_snoozes_without_spending_an_attempt(backend: &str) {
     w.stop().await;
 }
 
-async fn gone_disables_the_endpoint_at_once(backend: &str) {
+async fn gone_disables_the_endpoint_at_once(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(410)).await;
     let w = world(backend, WebhookConfig::default()).await;
     let (ep, _) = w.endpoint(sink.url("/hook")).await;
@@ -377,7 +365,7 @@ async fn gone_disables_the_endpoint_at_once(backend: &str) {
     w.stop().await;
 }
 
-async fn an_always_failing_endpoint_gets_exactly_the_policys_requests(backend: &str) {
+async fn an_always_failing_endpoint_gets_exactly_the_policys_requests(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(503)).await;
     // Auto-disable is tested on its own below; here only the retry count matters.
     let w = world(
@@ -419,7 +407,7 @@ async fn an_always_failing_endpoint_gets_exactly_the_policys_requests(backend: &
     w.stop().await;
 }
 
-async fn a_failing_endpoint_gets_new_deliveries_after_a_cooldown(backend: &str) {
+async fn a_failing_endpoint_gets_new_deliveries_after_a_cooldown(backend: Backend) {
     let fail = Arc::new(AtomicBool::new(true));
     let f = fail.clone();
     let sink = HttpSink::start(move |_, _| {
@@ -460,7 +448,7 @@ async fn a_failing_endpoint_gets_new_deliveries_after_a_cooldown(backend: &str) 
     w.stop().await;
 }
 
-async fn never_two_requests_at_once_to_one_endpoint(backend: &str) {
+async fn never_two_requests_at_once_to_one_endpoint(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(200).delay(Duration::from_millis(10))).await;
     let w = world(backend, WebhookConfig::default()).await;
     w.endpoint(sink.url("/hook")).await;
@@ -487,7 +475,7 @@ async fn never_two_requests_at_once_to_one_endpoint(backend: &str) {
     w.stop().await;
 }
 
-async fn five_days_of_failure_disable_and_a_stale_failure_does_not(backend: &str) {
+async fn five_days_of_failure_disable_and_a_stale_failure_does_not(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(500)).await;
     let w = world(backend, WebhookConfig::default()).await;
     // A stale failure, then one six days later: a new run of failures, no disable.
@@ -561,7 +549,7 @@ async fn five_days_of_failure_disable_and_a_stale_failure_does_not(backend: &str
     w.stop().await;
 }
 
-async fn redeliver_after_the_fix_delivers_every_discarded_event(backend: &str) {
+async fn redeliver_after_the_fix_delivers_every_discarded_event(backend: Backend) {
     let fixed = Arc::new(AtomicBool::new(false));
     let f = fixed.clone();
     let sink = HttpSink::start(move |_, _| {
@@ -609,7 +597,7 @@ async fn redeliver_after_the_fix_delivers_every_discarded_event(backend: &str) {
     w.stop().await;
 }
 
-async fn hostile_urls_are_refused_without_a_connection(backend: &str) {
+async fn hostile_urls_are_refused_without_a_connection(backend: Backend) {
     let v4 = ConnCounter::start("127.0.0.2:0").await.unwrap();
     let port = v4.addr().port();
     let v6 = ConnCounter::start(&format!("[::1]:{port}")).await;
@@ -656,11 +644,11 @@ async fn hostile_urls_are_refused_without_a_connection(backend: &str) {
     w.stop().await;
 }
 
-async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &str) {
+async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(200)).await;
     let w = world(backend, WebhookConfig::default()).await;
     w.endpoint(sink.url("/hook")).await;
-    let (rolled_back, committed) = if backend == "sqlite" {
+    let (rolled_back, committed) = if backend == Backend::Sqlite {
         use onus::sqlite::rusqlite::Connection;
         let mut conn = Connection::open(w.url.trim_start_matches("sqlite://")).unwrap();
         conn.busy_timeout(Duration::from_secs(10)).unwrap();
@@ -762,7 +750,7 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: &st
     w.stop().await;
 }
 
-async fn a_rotated_secret_signs_alongside_the_previous_one(backend: &str) {
+async fn a_rotated_secret_signs_alongside_the_previous_one(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(200)).await;
     let w = world(backend, WebhookConfig::default()).await;
     let (ep, old) = w.endpoint(sink.url("/hook")).await;
@@ -786,7 +774,7 @@ async fn a_rotated_secret_signs_alongside_the_previous_one(backend: &str) {
     w.stop().await;
 }
 
-async fn busy_until_shows_the_delivery_in_flight(backend: &str) {
+async fn busy_until_shows_the_delivery_in_flight(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(200).delay(Duration::from_millis(400))).await;
     let w = world(backend, WebhookConfig::default()).await;
     let (ep, _) = w.endpoint(sink.url("/hook")).await;
@@ -809,7 +797,7 @@ async fn busy_until_shows_the_delivery_in_flight(backend: &str) {
     w.stop().await;
 }
 
-async fn old_events_are_pruned_and_their_deliveries_discarded(backend: &str) {
+async fn old_events_are_pruned_and_their_deliveries_discarded(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(500)).await;
     let w = world(backend, WebhookConfig::default()).await;
     w.endpoint(sink.url("/hook")).await;
@@ -849,7 +837,7 @@ async fn old_events_are_pruned_and_their_deliveries_discarded(backend: &str) {
     w.stop().await;
 }
 
-async fn endless_retry_after_spends_attempts_after_five_snoozes(backend: &str) {
+async fn endless_retry_after_spends_attempts_after_five_snoozes(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(429).header("retry-after", "0")).await;
     let w = world(backend, WebhookConfig::default()).await;
     w.endpoint(sink.url("/hook")).await;
@@ -881,7 +869,7 @@ async fn endless_retry_after_spends_attempts_after_five_snoozes(backend: &str) {
     w.stop().await;
 }
 
-async fn a_fanout_that_runs_again_delivers_nothing_twice(backend: &str) {
+async fn a_fanout_that_runs_again_delivers_nothing_twice(backend: Backend) {
     let sink = HttpSink::start(|_, _| Reply::status(200)).await;
     let w = world(backend, WebhookConfig::default()).await;
     w.endpoint(sink.url("/hook")).await;
@@ -919,7 +907,7 @@ async fn a_fanout_that_runs_again_delivers_nothing_twice(backend: &str) {
     w.stop().await;
 }
 
-async fn a_connection_failure_is_recorded_as_an_attempt(backend: &str) {
+async fn a_connection_failure_is_recorded_as_an_attempt(backend: Backend) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

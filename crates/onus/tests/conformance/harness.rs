@@ -6,19 +6,14 @@ use std::time::Duration;
 
 use onus::{Builder, Job, JobFilter, JobId, JobState, ManualClock, Onus, Options, Store};
 
-/// A storage backend under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
+pub use onus_testkit::Backend;
 
 /// One test's world: a fresh database, a manual clock, fast maintenance intervals.
 pub struct Env {
     pub url: String,
     pub store: Arc<dyn Store>,
     pub clock: ManualClock,
-    _dir: tempfile::TempDir,
+    pub db: onus_testkit::TestDb,
 }
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -32,21 +27,15 @@ impl Env {
             )
             .with_test_writer()
             .try_init();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = match backend {
-            Backend::Sqlite => format!("sqlite://{}", dir.path().join("onus.db").display()),
-            Backend::Postgres => onus_testkit::PgCluster::shared()
-                .fresh_database()
-                .await
-                .expect("database"),
-        };
+        let db = onus_testkit::TestDb::new(backend).await;
+        let url = db.url.clone();
         let store = onus::open(&url).await.expect("open store");
         let clock = ManualClock::at("2026-03-01T00:00:00Z".parse().expect("time"));
         Env {
             url,
             store,
             clock,
-            _dir: dir,
+            db,
         }
     }
 

@@ -351,7 +351,7 @@ async fn applied_versions(
             .execute(
                 &format!(
                     "INSERT INTO onus_migrations (line, version, name, applied_at)
-                     SELECT DISTINCT 'webhooks', version::integer, '(recorded before onus_migrations)', $1 FROM {}",
+                     SELECT DISTINCT 'webhooks', version::integer, '(recorded before onus_migrations)', $1::timestamptz FROM {}",
                     crate::db::migrate::LEGACY_WEBHOOKS_TABLE
                 ),
                 &[&now],

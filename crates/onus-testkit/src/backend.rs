@@ -1,0 +1,95 @@
+//! The backend matrix every component's tests run on: a SQLite file and a throwaway PostgreSQL
+//! database, and [`both!`](crate::both), which turns one async test function into a test per
+//! backend.
+
+/// A storage backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file in a temporary directory.
+    Sqlite,
+    /// A fresh database on the shared throwaway PostgreSQL cluster.
+    Postgres,
+}
+
+impl Backend {
+    /// Every backend.
+    pub const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+
+    /// Its name, as in a database URL's scheme.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A fresh, empty database for one test. A SQLite file lives as long as this value.
+#[derive(Debug)]
+pub struct TestDb {
+    /// The backend.
+    pub backend: Backend,
+    /// Its URL (`sqlite://...` or `postgres://...`).
+    pub url: String,
+    dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    /// A fresh database on `backend` (PostgreSQL: on the shared cluster, started on first use).
+    pub async fn new(backend: Backend) -> TestDb {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary directory: {e}"));
+        let url = match backend {
+            Backend::Sqlite => format!("sqlite://{}", dir.path().join("onus.db").display()),
+            Backend::Postgres => crate::PgCluster::shared()
+                .fresh_database()
+                .await
+                .unwrap_or_else(|e| panic!("no PostgreSQL database: {e}")),
+        };
+        TestDb { backend, url, dir }
+    }
+
+    /// The SQLite file's path (for a SQLite database).
+    pub fn sqlite_path(&self) -> Option<std::path::PathBuf> {
+        (self.backend == Backend::Sqlite).then(|| self.dir.path().join("onus.db"))
+    }
+
+    /// A directory that lives as long as the database, for other files of the test.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+/// Runs each named `async fn name(backend: Backend)` once per backend, as tests
+/// `sqlite::name` and `postgres::name` on a multi-threaded runtime.
+///
+/// ```ignore
+/// async fn inserts_survive(backend: onus_testkit::Backend) { /* ... */ }
+/// onus_testkit::both!(inserts_survive);
+/// ```
+#[macro_export]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
