@@ -304,3 +304,65 @@ impl<T: DeserializeOwned> FromValue for Json<T> {
             .map_err(|e| format!("JSON of the wrong shape: {e}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::Row;
+    use std::sync::Arc;
+
+    fn row(values: Vec<Value>) -> Row {
+        let columns: Arc<[String]> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        Row::new("onus_things", columns, values)
+    }
+
+    #[test]
+    fn each_backends_convention_decodes_to_the_same_type() {
+        let t: Timestamp = "2026-03-01T00:00:00Z".parse().unwrap_or_default();
+        // SQLite: microseconds, 0/1, JSON text; PostgreSQL: native values.
+        let sqlite = row(vec![
+            Value::Int(t.timestamp_micros()),
+            Value::Int(1),
+            Value::Text("[\"x\"]".into()),
+        ]);
+        let pg = row(vec![
+            Value::Time(t),
+            Value::Bool(true),
+            Value::Json(serde_json::json!(["x"])),
+        ]);
+        for r in [sqlite, pg] {
+            assert_eq!(r.get::<Timestamp>("a").ok(), Some(t));
+            assert_eq!(r.get::<bool>("b").ok(), Some(true));
+            assert_eq!(
+                r.get::<Json<Vec<String>>>("c").ok(),
+                Some(Json(vec!["x".to_string()]))
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_value_is_an_error_naming_table_and_column() {
+        let r = row(vec![Value::Null, Value::Int(7), Value::Text("{".into())]);
+        let msg = |e: Result<(), crate::StoreError>| e.err().map(|e| e.to_string());
+        assert_eq!(
+            msg(r.get::<String>("a").map(|_| ())).as_deref(),
+            Some("cannot read column a of onus_things: NULL where text is required")
+        );
+        assert_eq!(r.get::<Option<String>>("a").ok(), Some(None));
+        assert_eq!(
+            msg(r.get::<bool>("b").map(|_| ())).as_deref(),
+            Some("cannot read column b of onus_things: expected a flag (0 or 1), found 7")
+        );
+        assert!(msg(r.get::<serde_json::Value>("c").map(|_| ()))
+            .is_some_and(|m| m.contains("column c") && m.contains("not valid JSON")));
+        assert_eq!(
+            msg(r.get::<i64>("missing").map(|_| ())).as_deref(),
+            Some(
+                "cannot read column missing of onus_things: the column is missing from the result"
+            )
+        );
+        assert!(msg(r.get::<u16>("b").map(|_| ())).is_none());
+        let big = row(vec![Value::Int(70_000), Value::Null, Value::Null]);
+        assert!(msg(big.get::<u16>("a").map(|_| ())).is_some_and(|m| m.contains("out of range")));
+    }
+}

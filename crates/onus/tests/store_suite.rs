@@ -1,0 +1,486 @@
+//! The store-level suite: the `Store` trait driven directly, with no runtime, on every backend.
+//! A third backend is checked by adding it to the matrix: every operation the job layer relies on
+//! is here (insert, claim, finish, heartbeat, lease keys, rate windows, periodic periods, rescue,
+//! manual retry and cancel, leadership, retention, migrations).
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use onus::job::{EntryClass, HistoryEntry};
+use onus::outcome::Transition;
+use onus::store::{
+    ClaimRequest, Finish, HeldJob, InsertRow, LeaseDecision, RateDecision, Retention,
+};
+use onus::{DiscardReason, Job, JobFilter, JobState, Store, Timestamp};
+use onus_testkit::{Backend, TestDb};
+
+const OWNER: &str = "suite-owner";
+
+struct World {
+    store: Arc<dyn Store>,
+    now: Timestamp,
+    _db: TestDb,
+}
+
+async fn world(backend: Backend) -> World {
+    let db = TestDb::new(backend).await;
+    let store = onus::open(&db.url).await.unwrap();
+    World {
+        store,
+        now: "2026-03-01T00:00:00Z".parse().unwrap(),
+        _db: db,
+    }
+}
+
+fn secs(n: i64) -> TimeDelta {
+    TimeDelta::seconds(n)
+}
+
+impl World {
+    fn row(&self, kind: &str) -> InsertRow {
+        InsertRow {
+            kind: kind.into(),
+            queue: "default".into(),
+            args: serde_json::json!({"k": kind}),
+            priority: 0,
+            state: JobState::Available,
+            max_attempts: 3,
+            run_at: self.now,
+            created_at: self.now,
+            unique_key: None,
+            lease_key: None,
+        }
+    }
+
+    async fn insert(&self, row: InsertRow) -> Job {
+        self.store.insert(vec![row]).await.unwrap().remove(0).job
+    }
+
+    async fn claim(&self, kinds: &[&str], limit: usize, at: Timestamp) -> Vec<Job> {
+        self.store
+            .claim(ClaimRequest {
+                queue: "default".into(),
+                kinds: kinds.iter().map(|k| k.to_string()).collect(),
+                limit,
+                owner: OWNER.into(),
+                now: at,
+                lease_until: at + secs(30),
+            })
+            .await
+            .unwrap()
+    }
+
+    fn finish(&self, job: &Job, transition: Transition, at: Timestamp) -> Finish {
+        Finish {
+            id: job.id,
+            owner: OWNER.into(),
+            attempt: job.attempt,
+            transition,
+            now: at,
+            release_lease: job.lease_key.clone(),
+            periodic: None,
+            expired_before: None,
+        }
+    }
+
+    async fn get(&self, job: &Job) -> Job {
+        self.store.get(job.id).await.unwrap().unwrap()
+    }
+}
+
+fn entry(at: Timestamp, attempt: u32, message: &str) -> HistoryEntry {
+    HistoryEntry {
+        at,
+        attempt,
+        class: EntryClass::Error,
+        message: message.into(),
+    }
+}
+
+async fn claim_takes_due_jobs_of_known_kinds_once(backend: Backend) {
+    let w = world(backend).await;
+    let a = w.insert(w.row("a")).await;
+    let _unknown = w.insert(w.row("unknown")).await;
+    let later = w
+        .insert(InsertRow {
+            state: JobState::Scheduled,
+            run_at: w.now + secs(60),
+            ..w.row("a")
+        })
+        .await;
+    let got = w.claim(&["a"], 10, w.now).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a.id]);
+    let j = &got[0];
+    assert_eq!(
+        (j.state, j.attempt, j.lease_owner.as_deref()),
+        (JobState::Running, 1, Some(OWNER))
+    );
+    assert_eq!(j.lease_expires_at, Some(w.now + secs(30)));
+    assert!(w.claim(&["a"], 10, w.now).await.is_empty(), "claimed once");
+    // The scheduled job becomes due at its time.
+    let got = w.claim(&["a"], 10, w.now + secs(60)).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![later.id]);
+}
+
+async fn finish_applies_only_for_the_lease_holder(backend: Backend) {
+    let w = world(backend).await;
+    w.insert(w.row("a")).await;
+    let j = w.claim(&["a"], 1, w.now).await.remove(0);
+    let stranger = Finish {
+        owner: "someone-else".into(),
+        ..w.finish(&j, Transition::Complete, w.now)
+    };
+    let stale = Finish {
+        attempt: j.attempt + 1,
+        ..w.finish(&j, Transition::Complete, w.now)
+    };
+    assert_eq!(
+        w.store.finish(vec![stranger, stale]).await.unwrap(),
+        vec![false, false]
+    );
+    assert_eq!(w.get(&j).await.state, JobState::Running);
+    let retry = Transition::Retry {
+        run_at: w.now + secs(10),
+        entry: entry(w.now, 1, "boom"),
+    };
+    assert_eq!(
+        w.store
+            .finish(vec![w.finish(&j, retry, w.now)])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let after = w.get(&j).await;
+    assert_eq!(
+        (after.state, after.run_at, after.lease_owner),
+        (JobState::Retryable, w.now + secs(10), None)
+    );
+    assert_eq!(after.errors, vec![entry(w.now, 1, "boom")]);
+    // The second attempt discards it with an alert.
+    let j = w.claim(&["a"], 1, w.now + secs(10)).await.remove(0);
+    assert_eq!(j.attempt, 2);
+    let discard = Transition::Discard {
+        reason: DiscardReason::Permanent,
+        entry: entry(w.now + secs(10), 2, "no"),
+        alert: true,
+    };
+    assert_eq!(
+        w.store
+            .finish(vec![w.finish(&j, discard, w.now + secs(10))])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let after = w.get(&j).await;
+    assert_eq!(
+        (after.state, after.discard_reason, after.finalized_at),
+        (
+            JobState::Discarded,
+            Some(DiscardReason::Permanent),
+            Some(w.now + secs(10))
+        )
+    );
+    let alerts = w.store.alerts(false, 10).await.unwrap();
+    assert_eq!(
+        alerts.iter().map(|a| a.job_id).collect::<Vec<_>>(),
+        vec![j.id]
+    );
+}
+
+async fn heartbeat_renews_held_jobs_and_reports_lost_and_cancelled(backend: Backend) {
+    let w = world(backend).await;
+    w.insert(w.row("a")).await;
+    w.insert(w.row("a")).await;
+    let jobs = w.claim(&["a"], 2, w.now).await;
+    let (a, b) = (&jobs[0], &jobs[1]);
+    w.store.cancel(&JobFilter::id(b.id), w.now).await.unwrap();
+    let held = [
+        HeldJob {
+            id: a.id,
+            attempt: a.attempt,
+        },
+        HeldJob {
+            id: b.id,
+            attempt: b.attempt,
+        },
+        HeldJob {
+            id: 9_999,
+            attempt: 1,
+        },
+    ];
+    let r = w
+        .store
+        .heartbeat(OWNER, &held, w.now + secs(90))
+        .await
+        .unwrap();
+    assert_eq!(r.renewed, vec![a.id, b.id]);
+    assert_eq!(r.cancel, vec![b.id]);
+    assert_eq!(r.lost, vec![9_999]);
+    assert_eq!(w.get(a).await.lease_expires_at, Some(w.now + secs(90)));
+    // Another owner renews nothing.
+    let r = w
+        .store
+        .heartbeat("someone-else", &held[..1], w.now + secs(120))
+        .await
+        .unwrap();
+    assert_eq!((r.renewed.len(), r.lost), (0, vec![a.id]));
+    assert_eq!(w.get(a).await.lease_expires_at, Some(w.now + secs(90)));
+}
+
+async fn a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter(backend: Backend) {
+    let w = world(backend).await;
+    let keyed = || InsertRow {
+        lease_key: Some("k".into()),
+        ..w.row("a")
+    };
+    w.insert(keyed()).await;
+    w.insert(keyed()).await;
+    let jobs = w.claim(&["a"], 2, w.now).await;
+    let (a, b) = (&jobs[0], &jobs[1]);
+    let until = w.now + secs(30);
+    assert_eq!(
+        w.store
+            .acquire_lease("k", 1, a, OWNER, w.now, until)
+            .await
+            .unwrap(),
+        LeaseDecision::Acquired
+    );
+    assert_eq!(w.store.lease_busy_until("k").await.unwrap(), Some(until));
+    let busy = w
+        .store
+        .acquire_lease("k", 1, b, OWNER, w.now, until)
+        .await
+        .unwrap();
+    assert_eq!(busy, LeaseDecision::Busy(until));
+    let waiting = w.get(b).await;
+    assert_eq!(
+        (waiting.state, waiting.attempt, waiting.run_at),
+        (JobState::Snoozed, 0, until),
+        "snoozed without spending an attempt"
+    );
+    // The holder finishes and releases its slot: the waiter is due at once.
+    let done = w.now + secs(5);
+    assert_eq!(
+        w.store
+            .finish(vec![w.finish(a, Transition::Complete, done)])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    assert_eq!(w.get(b).await.run_at, done);
+    assert_eq!(w.store.lease_busy_until("k").await.unwrap(), None);
+}
+
+async fn a_rate_window_counts_uses_and_names_the_next_window(backend: Backend) {
+    let w = world(backend).await;
+    let hour = Duration::from_secs(3600);
+    let at = w.now + secs(10);
+    assert_eq!(
+        w.store.take_rate("r", 2, hour, at).await.unwrap(),
+        RateDecision::Taken { left: 1 }
+    );
+    assert_eq!(
+        w.store.take_rate("r", 2, hour, at).await.unwrap(),
+        RateDecision::Taken { left: 0 }
+    );
+    assert_eq!(
+        w.store.take_rate("r", 2, hour, at).await.unwrap(),
+        RateDecision::Spent(w.now + secs(3600))
+    );
+    assert_eq!(
+        w.store
+            .take_rate("r", 2, hour, w.now + secs(3600))
+            .await
+            .unwrap(),
+        RateDecision::Taken { left: 1 },
+        "a new window"
+    );
+    assert_eq!(
+        w.store.take_rate("other", 2, hour, at).await.unwrap(),
+        RateDecision::Taken { left: 1 },
+        "keys are apart"
+    );
+}
+
+async fn a_period_is_enqueued_once(backend: Backend) {
+    let w = world(backend).await;
+    let row = w
+        .store
+        .upsert_periodic("p", "a", "every: 1h", w.now)
+        .await
+        .unwrap();
+    assert_eq!((row.next_run_at, row.last_period_at), (Some(w.now), None));
+    let first = w
+        .store
+        .enqueue_period("p", w.now, w.now + secs(3600), w.row("a"))
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    assert_eq!(
+        w.store
+            .enqueue_period("p", w.now, w.now + secs(3600), w.row("a"))
+            .await
+            .unwrap(),
+        None,
+        "the same period again"
+    );
+    let next = w
+        .store
+        .enqueue_period("p", w.now + secs(3600), w.now + secs(7200), w.row("a"))
+        .await
+        .unwrap();
+    assert!(next.is_some() && next != first);
+    let rows = w.store.list_periodic().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].last_period_at,
+            rows[0].last_job_id,
+            rows[0].next_run_at
+        ),
+        (Some(w.now + secs(3600)), next, Some(w.now + secs(7200)))
+    );
+    // An unchanged schedule keeps its next run time.
+    let again = w
+        .store
+        .upsert_periodic("p", "a", "every: 1h", w.now)
+        .await
+        .unwrap();
+    assert_eq!(again.next_run_at, Some(w.now + secs(7200)));
+}
+
+async fn a_rescue_applies_only_to_a_lease_that_really_expired(backend: Backend) {
+    let w = world(backend).await;
+    w.insert(w.row("a")).await;
+    w.insert(w.row("a")).await;
+    let jobs = w.claim(&["a"], 2, w.now).await;
+    let (dead, alive) = (&jobs[0], &jobs[1]);
+    let later = w.now + secs(60);
+    assert!(w
+        .store
+        .expired(&["a".into()], w.now, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let expired = w.store.expired(&["a".into()], later, 10).await.unwrap();
+    assert_eq!(expired.len(), 2);
+    assert!(w
+        .store
+        .expired(&["b".into()], later, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    // One of them is renewed after the rescuer looked: its rescue must not apply.
+    w.store
+        .heartbeat(
+            OWNER,
+            &[HeldJob {
+                id: alive.id,
+                attempt: alive.attempt,
+            }],
+            later + secs(30),
+        )
+        .await
+        .unwrap();
+    let rescue = |j: &Job| Finish {
+        transition: Transition::Retry {
+            run_at: later,
+            entry: HistoryEntry {
+                at: later,
+                attempt: j.attempt,
+                class: EntryClass::WorkerLost,
+                message: "lease expired".into(),
+            },
+        },
+        expired_before: Some(later),
+        ..w.finish(j, Transition::Complete, later)
+    };
+    assert_eq!(
+        w.store
+            .finish(vec![rescue(dead), rescue(alive)])
+            .await
+            .unwrap(),
+        vec![true, false]
+    );
+    assert_eq!(w.get(dead).await.state, JobState::Retryable);
+    assert_eq!(w.get(alive).await.state, JobState::Running);
+}
+
+async fn retry_cancel_and_retention(backend: Backend) {
+    let w = world(backend).await;
+    let a = w.insert(w.row("a")).await;
+    let b = w.insert(w.row("a")).await;
+    let c = w.store.cancel(&JobFilter::id(a.id), w.now).await.unwrap();
+    assert_eq!(c.cancelled, vec![a.id]);
+    assert_eq!(w.get(&a).await.state, JobState::Cancelled);
+    let r = w.store.retry(&JobFilter::id(a.id), w.now).await.unwrap();
+    assert_eq!(r.retried, vec![a.id]);
+    assert_eq!(w.get(&a).await.state, JobState::Available);
+    // Finished jobs past retention are pruned; others stay.
+    let j = w.claim(&["a"], 2, w.now).await;
+    let done: Vec<Finish> = j
+        .iter()
+        .map(|j| w.finish(j, Transition::Complete, w.now))
+        .collect();
+    assert_eq!(w.store.finish(done).await.unwrap(), vec![true, true]);
+    let keep = Retention {
+        completed: Duration::from_secs(3600),
+        discarded: Duration::from_secs(3600),
+    };
+    assert_eq!(w.store.prune(w.now + secs(60), keep, 100).await.unwrap(), 0);
+    assert_eq!(
+        w.store.prune(w.now + secs(7200), keep, 100).await.unwrap(),
+        2
+    );
+    assert!(w.store.get(b.id).await.unwrap().is_none());
+}
+
+async fn leadership_is_held_by_one_until_it_expires(backend: Backend) {
+    let w = world(backend).await;
+    let until = w.now + secs(30);
+    assert!(w.store.try_lead("l", "one", w.now, until).await.unwrap());
+    assert!(!w.store.try_lead("l", "two", w.now, until).await.unwrap());
+    assert!(
+        w.store.try_lead("l", "one", w.now, until).await.unwrap(),
+        "renewed"
+    );
+    assert!(w
+        .store
+        .try_lead("l", "two", until + secs(1), until + secs(31))
+        .await
+        .unwrap());
+    w.store.resign("l", "two").await.unwrap();
+    assert!(w
+        .store
+        .try_lead("l", "one", until + secs(2), until + secs(32))
+        .await
+        .unwrap());
+}
+
+async fn migrations_are_recorded_per_line(backend: Backend) {
+    let w = world(backend).await;
+    let st = w.store.migrations(&[]).await.unwrap();
+    assert_eq!(st.len(), 1);
+    assert_eq!(
+        (st[0].line.as_str(), st[0].version, st[0].latest),
+        ("jobs", 1, 1)
+    );
+    assert!(st[0].is_current() && st[0].applied_at.is_some());
+    assert!(w.store.migrate(&[]).await.unwrap().is_empty());
+}
+
+onus_testkit::both!(
+    claim_takes_due_jobs_of_known_kinds_once,
+    finish_applies_only_for_the_lease_holder,
+    heartbeat_renews_held_jobs_and_reports_lost_and_cancelled,
+    a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter,
+    a_rate_window_counts_uses_and_names_the_next_window,
+    a_period_is_enqueued_once,
+    a_rescue_applies_only_to_a_lease_that_really_expired,
+    retry_cancel_and_retention,
+    leadership_is_held_by_one_until_it_expires,
+    migrations_are_recorded_per_line,
+);
