@@ -201,7 +201,7 @@ async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: Backend) 
 /// An endpoint's `Debug` hides its secrets; an oversized or NUL-holding payload is
 /// refused with what to fix, and nothing is stored.
 async fn regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print(
-    backend: &str,
+    backend: Backend,
 ) {
     let w = world(backend, WebhookConfig::default()).await;
     let (ep, secret) = w.endpoint("http://127.0.0.1:9/hook".into()).await;

@@ -13,7 +13,7 @@ pub struct Env {
     pub url: String,
     pub store: Arc<dyn Store>,
     pub clock: ManualClock,
-    pub db: onus_testkit::TestDb,
+    _db: onus_testkit::TestDb,
 }
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -35,7 +35,7 @@ impl Env {
             url,
             store,
             clock,
-            db,
+            _db: db,
         }
     }
 
