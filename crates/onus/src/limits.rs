@@ -14,6 +14,8 @@
 
 use std::time::Duration;
 
+use crate::Timestamp;
+
 use serde::{Deserialize, Serialize};
 
 /// What happens to a job whose rate window is spent.
@@ -59,5 +61,89 @@ impl RateWindow {
             window,
             when_spent,
         }
+    }
+}
+
+/// A slot of a lease key as stored: the slot, the job holding it, and until when.
+pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
+
+/// The slot of lease key `key` that `job` takes, of `slots`: the one it already holds, or the
+/// first one free or expired at `now`; `None` when every slot is busy.
+pub(crate) fn free_slot(
+    held: &[SlotRow],
+    job: crate::JobId,
+    slots: u32,
+    now: crate::Timestamp,
+) -> Option<u32> {
+    held.iter()
+        .find(|(_, j, _)| *j == job)
+        .map(|(s, _, _)| *s)
+        .or_else(|| {
+            (0..slots.max(1)).find(|s| {
+                held.iter()
+                    .find(|(hs, _, _)| hs == s)
+                    .is_none_or(|(_, _, busy)| *busy <= now)
+            })
+        })
+}
+
+/// The snooze for `job` (leased to `owner`, holding the slot until `until`) when every slot of
+/// `key` is busy: no attempt spent, until the earliest slot frees, or a slot's lease after the
+/// latest other waiter (`last_waiter`), so waiters whose holder died wake one by one.
+pub(crate) fn busy_snooze(
+    key: &str,
+    slots: u32,
+    held: &[SlotRow],
+    job: &crate::Job,
+    owner: &str,
+    now: crate::Timestamp,
+    until: crate::Timestamp,
+    last_waiter: Option<crate::Timestamp>,
+) -> crate::store::Finish {
+    let slots = slots.max(1);
+    let free_at = held
+        .iter()
+        .map(|(_, _, b)| *b)
+        .min()
+        .unwrap_or(now)
+        .max(now);
+    let spacing = (until - now).to_std().unwrap_or_default() / slots;
+    let run_at = lease_waiter_wakes_at(free_at, last_waiter, spacing);
+    crate::store::Finish {
+        id: job.id,
+        owner: owner.to_string(),
+        attempt: job.attempt,
+        transition: crate::outcome::Transition::Snooze {
+            run_at,
+            entry: crate::job::HistoryEntry {
+                at: now,
+                attempt: job.attempt,
+                class: crate::job::EntryClass::Snooze,
+                message: format!(
+                    "lease key {key} busy ({} of {slots} slots held)",
+                    held.len()
+                ),
+            },
+        },
+        now,
+        release_lease: None,
+        periodic: None,
+        expired_before: None,
+    }
+}
+
+/// When a job that found lease key busy wakes on its own: the first waiter when the earliest slot
+/// frees (`free_at`); each later one a slot's lease (`spacing`) after the waiter before it. A
+/// release wakes the longest waiter at once, so waiters normally run one after another, woken in
+/// order; these times only matter when a release never comes (its holder died), and then they
+/// wake one by one instead of all at once as a herd that finds the key busy again.
+fn lease_waiter_wakes_at(
+    free_at: Timestamp,
+    last_waiter: Option<Timestamp>,
+    spacing: Duration,
+) -> Timestamp {
+    match last_waiter {
+        Some(last) if last >= free_at => crate::clock::add(last, spacing),
+        _ => free_at,
     }
 }

@@ -199,6 +199,144 @@ pub enum Transition {
     Return,
 }
 
+/// The columns one recorded attempt writes: a [`Transition`] lowered by the job layer, so a store
+/// runs one guarded `UPDATE` with these values and decides nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowWrite {
+    /// The new state.
+    pub state: crate::job::JobState,
+    /// The new run time (`None`: unchanged).
+    pub run_at: Option<Timestamp>,
+    /// Whether the attempt is given back (`attempt - 1`): a snooze or a hand-back.
+    pub give_back_attempt: bool,
+    /// Whether it counts as a snooze (`snoozes + 1`).
+    pub snoozed: bool,
+    /// When the job finished, for a final state.
+    pub finalized_at: Option<Timestamp>,
+    /// Why it was discarded.
+    pub discard_reason: Option<DiscardReason>,
+    /// The entry appended to its history.
+    pub entry: Option<HistoryEntry>,
+    /// The message of the alert to raise.
+    pub alert: Option<String>,
+    /// Whether it now waits for a busy lease key (woken first when a slot frees).
+    pub lease_wait: bool,
+    /// Whether it is due at once (idle workers should be woken).
+    pub wake: bool,
+    /// What its periodic schedule records, if the job belongs to one.
+    pub periodic: Option<PeriodicResult>,
+}
+
+/// The result a periodic schedule records for its latest job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeriodicResult {
+    /// How the job's attempt ended (`completed`, `retryable`, `discarded`, `cancelled`).
+    pub state: crate::job::JobState,
+    /// The failure's message, for a failure.
+    pub failure: Option<String>,
+}
+
+/// The write for attempt `attempt` ending in `t` at `now`: a job asked to cancel (`cancel_requested`,
+/// as stored) ends cancelled instead of waiting to run again; every message is as stored
+/// ([`crate::job::clean_message`]), so no message can make the write fail; a snooze behind a busy
+/// lease key (`lease_wait`) is marked so that a release wakes it.
+pub fn row_write(
+    t: &Transition,
+    cancel_requested: bool,
+    lease_wait: bool,
+    now: Timestamp,
+    attempt: u32,
+) -> RowWrite {
+    use crate::job::JobState as S;
+    let cancelled = |message: String| Transition::Cancel {
+        entry: HistoryEntry {
+            at: now,
+            attempt,
+            class: EntryClass::Cancelled,
+            message,
+        },
+    };
+    let t = match t {
+        Transition::Retry { entry, .. } | Transition::Snooze { entry, .. } if cancel_requested => {
+            cancelled(format!(
+                "cancelled by request (the attempt ended: {})",
+                entry.message
+            ))
+        }
+        Transition::Return if cancel_requested => cancelled("cancelled by request".into()),
+        t => t.clone(),
+    };
+    let base = RowWrite {
+        state: S::Completed,
+        run_at: None,
+        give_back_attempt: false,
+        snoozed: false,
+        finalized_at: None,
+        discard_reason: None,
+        entry: None,
+        alert: None,
+        lease_wait: false,
+        wake: false,
+        periodic: None,
+    };
+    let periodic = |state: S, failure: Option<&HistoryEntry>| {
+        Some(PeriodicResult {
+            state,
+            failure: failure.map(|e| crate::job::clean_message(&e.message)),
+        })
+    };
+    match &t {
+        Transition::Complete => RowWrite {
+            finalized_at: Some(now),
+            periodic: periodic(S::Completed, None),
+            ..base
+        },
+        Transition::Retry { run_at, entry } => RowWrite {
+            state: S::Retryable,
+            run_at: Some(*run_at),
+            entry: Some(entry.cleaned()),
+            periodic: periodic(S::Retryable, Some(entry)),
+            ..base
+        },
+        Transition::Snooze { run_at, entry } => RowWrite {
+            state: S::Snoozed,
+            run_at: Some(*run_at),
+            give_back_attempt: true,
+            snoozed: true,
+            entry: Some(entry.cleaned()),
+            lease_wait,
+            ..base
+        },
+        Transition::Discard {
+            reason,
+            entry,
+            alert,
+        } => RowWrite {
+            state: S::Discarded,
+            finalized_at: Some(now),
+            discard_reason: Some(*reason),
+            alert: alert.then(|| crate::job::clean_message(&entry.message)),
+            entry: Some(entry.cleaned()),
+            periodic: periodic(S::Discarded, Some(entry)),
+            ..base
+        },
+        Transition::Cancel { entry } => RowWrite {
+            state: S::Cancelled,
+            finalized_at: Some(now),
+            entry: Some(entry.cleaned()),
+            periodic: periodic(S::Cancelled, None),
+            ..base
+        },
+        Transition::Return => RowWrite {
+            state: S::Available,
+            run_at: Some(now),
+            give_back_attempt: true,
+            wake: true,
+            ..base
+        },
+    }
+}
+
 /// Decides the next state of `job` (as claimed: `attempt` already counts this attempt) after `end`,
 /// under `policy`, at `now`. This is the whole of retry timing.
 pub fn decide<R: Rng + ?Sized>(
@@ -286,5 +424,78 @@ pub fn decide<R: Rng + ?Sized>(
                 "cancelled by request while running".into(),
             ),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobState;
+
+    fn at() -> Timestamp {
+        "2026-03-01T00:00:00Z".parse().unwrap_or_default()
+    }
+
+    fn entry(message: &str) -> HistoryEntry {
+        HistoryEntry {
+            at: at(),
+            attempt: 2,
+            class: EntryClass::Error,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_cancel_request_wins_over_waiting_to_run_again() {
+        let retry = Transition::Retry {
+            run_at: at(),
+            entry: entry("boom"),
+        };
+        let w = row_write(&retry, true, false, at(), 2);
+        assert_eq!(w.state, JobState::Cancelled);
+        assert_eq!(w.finalized_at, Some(at()));
+        assert_eq!(
+            w.entry.map(|e| (e.class, e.message)),
+            Some((
+                EntryClass::Cancelled,
+                "cancelled by request (the attempt ended: boom)".to_string()
+            ))
+        );
+        // A completed attempt stays completed.
+        let w = row_write(&Transition::Complete, true, false, at(), 2);
+        assert_eq!(w.state, JobState::Completed);
+        // A hand-back gives the attempt back and wakes workers, unless cancelled.
+        let w = row_write(&Transition::Return, false, false, at(), 2);
+        assert!(w.give_back_attempt && w.wake && w.state == JobState::Available);
+        assert_eq!(
+            row_write(&Transition::Return, true, false, at(), 2).state,
+            JobState::Cancelled
+        );
+    }
+
+    #[test]
+    fn messages_are_cleaned_and_periodic_results_mapped() {
+        let discard = Transition::Discard {
+            reason: DiscardReason::Exhausted,
+            entry: entry("bad\0byte"),
+            alert: true,
+        };
+        let w = row_write(&discard, false, false, at(), 2);
+        assert_eq!(w.alert.as_deref(), Some("badbyte"));
+        assert_eq!(w.entry.map(|e| e.message), Some("badbyte".to_string()));
+        assert_eq!(
+            w.periodic,
+            Some(PeriodicResult {
+                state: JobState::Discarded,
+                failure: Some("badbyte".into())
+            })
+        );
+        let snooze = Transition::Snooze {
+            run_at: at(),
+            entry: entry("busy"),
+        };
+        let w = row_write(&snooze, false, true, at(), 2);
+        assert!(w.lease_wait && w.snoozed && w.give_back_attempt && w.periodic.is_none());
+        assert!(!row_write(&snooze, false, false, at(), 2).lease_wait);
     }
 }

@@ -23,7 +23,7 @@ use tokio_postgres::{AsyncMessage, GenericClient, Row};
 
 use super::*;
 use crate::clock::Timestamp;
-use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId, JobState};
+use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState};
 use crate::outcome::Transition;
 
 pub use connect::{redact, redact_any};
@@ -633,7 +633,7 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
 }
 
 /// Records one finished attempt inside the open transaction `c`.
-async fn finish_one(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
+async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
     let attempt = f.attempt as i32;
     let held = c
         .query_opt(
@@ -653,71 +653,44 @@ async fn finish_one(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
             return Ok(false); // renewed since the rescuer looked: the job is alive
         }
     }
-    let t = transition_to_write(&f.transition, cancel_requested, f.now, f.attempt);
-    const CLEAR: &str = "lease_owner = NULL, lease_expires_at = NULL";
-    match &t {
-        Transition::Complete => {
-            c.execute(&format!("UPDATE onus_jobs SET state = 'completed', finalized_at = $2, {CLEAR} WHERE id = $1"), &[&f.id, &f.now])
-                .await
-        }
-        Transition::Retry { run_at, entry } => {
-            c.execute(
-                &format!("UPDATE onus_jobs SET state = 'retryable', run_at = $2, errors = errors || jsonb_build_array($3::jsonb), {CLEAR} WHERE id = $1"),
-                &[&f.id, run_at, &entry_json(entry)?],
-            )
-            .await
-        }
-        Transition::Snooze { run_at, entry } => {
-            c.execute(
-                &format!(
-                    "UPDATE onus_jobs SET state = 'snoozed', run_at = $2, attempt = attempt - 1, snoozes = snoozes + 1,
-                     errors = errors || jsonb_build_array($3::jsonb), {CLEAR} WHERE id = $1"
-                ),
-                &[&f.id, run_at, &entry_json(entry)?],
-            )
-            .await
-        }
-        Transition::Discard { reason, entry, .. } => {
-            c.execute(
-                &format!(
-                    "UPDATE onus_jobs SET state = 'discarded', finalized_at = $2, discard_reason = $3,
-                     errors = errors || jsonb_build_array($4::jsonb), {CLEAR} WHERE id = $1"
-                ),
-                &[&f.id, &f.now, &reason.as_str(), &entry_json(entry)?],
-            )
-            .await
-        }
-        Transition::Cancel { entry } => {
-            c.execute(
-                &format!(
-                    "UPDATE onus_jobs SET state = 'cancelled', finalized_at = $2,
-                     errors = errors || jsonb_build_array($3::jsonb), {CLEAR} WHERE id = $1"
-                ),
-                &[&f.id, &f.now, &entry_json(entry)?],
-            )
-            .await
-        }
-        Transition::Return => {
-            c.execute(
-                &format!("UPDATE onus_jobs SET state = 'available', run_at = $2, attempt = attempt - 1, {CLEAR} WHERE id = $1"),
-                &[&f.id, &f.now],
-            )
-            .await
-        }
-    }
+    let w = crate::outcome::row_write(
+        &f.transition,
+        cancel_requested,
+        lease_wait,
+        f.now,
+        f.attempt,
+    );
+    let entry = w.entry.as_ref().map(entry_json).transpose()?;
+    c.execute(
+        "UPDATE onus_jobs SET state = $2, run_at = COALESCE($3, run_at), attempt = attempt - $4,
+            snoozes = snoozes + $5, finalized_at = COALESCE($6, finalized_at),
+            discard_reason = COALESCE($7, discard_reason),
+            errors = CASE WHEN $8::jsonb IS NULL THEN errors ELSE errors || jsonb_build_array($8::jsonb) END,
+            lease_wait = $9, lease_owner = NULL, lease_expires_at = NULL
+         WHERE id = $1",
+        &[
+            &f.id,
+            &w.state.as_str(),
+            &w.run_at,
+            &i32::from(w.give_back_attempt),
+            &i32::from(w.snoozed),
+            &w.finalized_at,
+            &w.discard_reason.map(|r| r.as_str()),
+            &entry,
+            &w.lease_wait,
+        ],
+    )
+    .await
     .map_err(q)?;
-    if let Transition::Discard {
-        alert: true, entry, ..
-    } = &t
-    {
+    if let Some(message) = &w.alert {
         c.execute(
             "INSERT INTO onus_alerts (job_id, kind, message, created_at) SELECT id, kind, $2, $3 FROM onus_jobs WHERE id = $1",
-            &[&f.id, &entry.message, &f.now],
+            &[&f.id, message, &f.now],
         )
         .await
         .map_err(q)?;
     }
-    if matches!(t, Transition::Return) {
+    if w.wake {
         c.execute(
             "SELECT pg_notify('onus_jobs', queue) FROM onus_jobs WHERE id = $1",
             &[&f.id],
@@ -728,24 +701,15 @@ async fn finish_one(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
     if let Some(key) = &f.release_lease {
         release_lease(c, key, f.id, f.now).await?;
     }
-    if let Some(name) = &f.periodic {
-        let (state, failure): (&str, Option<&str>) = match &t {
-            Transition::Complete => ("completed", None),
-            Transition::Retry { entry, .. } => ("retryable", Some(&entry.message)),
-            Transition::Discard { entry, .. } => ("discarded", Some(&entry.message)),
-            Transition::Cancel { .. } => ("cancelled", None),
-            Transition::Snooze { .. } | Transition::Return => ("", None),
-        };
-        if !state.is_empty() {
-            c.execute(
-                "UPDATE onus_periodic SET last_run_at = $2, last_state = $3,
-                 last_failure_at = CASE WHEN $4::text IS NULL THEN last_failure_at ELSE $2 END,
-                 last_error = COALESCE($4::text, last_error) WHERE name = $1",
-                &[name, &f.now, &state, &failure],
-            )
-            .await
-            .map_err(q)?;
-        }
+    if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
+        c.execute(
+            "UPDATE onus_periodic SET last_run_at = $2, last_state = $3,
+             last_failure_at = CASE WHEN $4::text IS NULL THEN last_failure_at ELSE $2 END,
+             last_error = COALESCE($4::text, last_error) WHERE name = $1",
+            &[name, &f.now, &p.state.as_str(), &p.failure],
+        )
+        .await
+        .map_err(q)?;
     }
     Ok(true)
 }
@@ -973,7 +937,7 @@ impl Store for PostgresStore {
                 e.2.push(f.attempt as i32);
                 e.3 = e.3.max(f.now);
             } else {
-                applied[i] = finish_one(&*tx, f).await?;
+                applied[i] = finish_one(&*tx, f, false).await?;
             }
         }
         for (owner, (idx, ids, attempts, now)) in plain {
@@ -1182,7 +1146,7 @@ impl Store for PostgresStore {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
         lock_lease_key(&*tx, key).await?;
-        let held: Vec<(i32, JobId, Timestamp)> = tx
+        let held: Vec<crate::limits::SlotRow> = tx
             .query(
                 "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1",
                 &[&key],
@@ -1190,38 +1154,20 @@ impl Store for PostgresStore {
             .await
             .map_err(q)?
             .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .map(|r| (r.get::<_, i32>(0).max(0) as u32, r.get(1), r.get(2)))
             .collect();
-        let slots = slots.max(1) as i32;
-        let slot = held
-            .iter()
-            .find(|(_, j, _)| *j == job.id)
-            .map(|(s, _, _)| *s)
-            .or_else(|| {
-                (0..slots).find(|s| {
-                    held.iter()
-                        .find(|(hs, _, _)| hs == s)
-                        .is_none_or(|(_, _, busy)| *busy <= now)
-                })
-            });
-        let decision = match slot {
+        let decision = match crate::limits::free_slot(&held, job.id, slots, now) {
             Some(s) => {
                 tx.execute(
                     "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
-                    &[&key, &s, &job.id, &until],
+                    &[&key, &(s as i32), &job.id, &until],
                 )
                 .await
                 .map_err(q)?;
                 LeaseDecision::Acquired
             }
             None => {
-                let free_at = held
-                    .iter()
-                    .map(|(_, _, b)| *b)
-                    .min()
-                    .unwrap_or(now)
-                    .max(now);
                 let last: Option<Timestamp> = tx
                     .query_one(
                         "SELECT MAX(run_at) FROM onus_jobs WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
@@ -1230,36 +1176,13 @@ impl Store for PostgresStore {
                     .await
                     .map_err(q)?
                     .get(0);
-                let spacing = (until - now).to_std().unwrap_or_default() / slots as u32;
-                let free_at = lease_waiter_wakes_at(free_at, last, spacing);
-                let entry = HistoryEntry {
-                    at: now,
-                    attempt: job.attempt,
-                    class: EntryClass::Snooze,
-                    message: format!(
-                        "lease key {key} busy ({} of {slots} slots held)",
-                        held.len()
-                    ),
-                };
-                let snooze = Finish {
-                    id: job.id,
-                    owner: owner.to_string(),
-                    attempt: job.attempt,
-                    transition: Transition::Snooze {
-                        run_at: free_at,
-                        entry,
-                    },
-                    now,
-                    release_lease: None,
-                    periodic: None,
-                    expired_before: None,
-                };
-                if finish_one(&*tx, &snooze).await? {
-                    tx.execute("UPDATE onus_jobs SET lease_wait = true WHERE id = $1 AND state = 'snoozed'", &[&job.id])
-                        .await
-                        .map_err(q)?;
-                }
-                LeaseDecision::Busy(free_at)
+                let snooze =
+                    crate::limits::busy_snooze(key, slots, &held, job, owner, now, until, last);
+                finish_one(&*tx, &snooze, true).await?;
+                LeaseDecision::Busy(match snooze.transition {
+                    Transition::Snooze { run_at, .. } => run_at,
+                    _ => now,
+                })
             }
         };
         tx.commit().await.map_err(q)?;

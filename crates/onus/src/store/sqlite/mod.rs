@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use super::*;
 use crate::clock::{from_micros, Timestamp};
-use crate::job::{DiscardReason, EntryClass, HistoryEntry, Job, JobId};
+use crate::job::{DiscardReason, HistoryEntry, Job, JobId};
 use crate::outcome::Transition;
 
 pub use rusqlite;
@@ -703,14 +703,13 @@ fn entry_json(e: &HistoryEntry) -> StoreResult<String> {
     serde_json::to_string(e).map_err(|e| StoreError::Query(e.to_string()))
 }
 
-fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
-    const GUARD: &str = "WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND attempt = ?3";
-    let now = us(f.now);
+fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
     // The writer holds the write lock: nothing changes between this read and the write below.
     let held: Option<(bool, Option<i64>)> = conn
-        .prepare_cached(&format!(
-            "SELECT cancel_requested, lease_expires_at FROM onus_jobs {GUARD}"
-        ))
+        .prepare_cached(
+            "SELECT cancel_requested, lease_expires_at FROM onus_jobs
+             WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND attempt = ?3",
+        )
         .map_err(q)?
         .query_row(params![f.id, f.owner, f.attempt], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -725,86 +724,60 @@ fn finish_one(conn: &Connection, f: &Finish) -> StoreResult<bool> {
             return Ok(false); // renewed since the rescuer looked: the job is alive
         }
     }
-    let transition = transition_to_write(&f.transition, cancel_requested, f.now, f.attempt);
-    let n = match &transition {
-        Transition::Complete => conn
-            .prepare_cached(&format!(
-                "UPDATE onus_jobs SET state = 'completed', finalized_at = ?4, lease_owner = NULL, lease_expires_at = NULL {GUARD}"
-            ))
-            .map_err(q)?
-            .execute(params![f.id, f.owner, f.attempt, now]),
-        Transition::Retry { run_at, entry } => conn
-            .prepare_cached(&format!(
-                "UPDATE onus_jobs SET state = 'retryable', run_at = ?4, errors = json_insert(errors, '$[#]', json(?5)),
-                 lease_owner = NULL, lease_expires_at = NULL {GUARD}"
-            ))
-            .map_err(q)?
-            .execute(params![f.id, f.owner, f.attempt, us(*run_at), entry_json(entry)?]),
-        Transition::Snooze { run_at, entry } => conn
-            .prepare_cached(&format!(
-                "UPDATE onus_jobs SET state = 'snoozed', run_at = ?4, attempt = attempt - 1, snoozes = snoozes + 1,
-                 errors = json_insert(errors, '$[#]', json(?5)), lease_owner = NULL, lease_expires_at = NULL {GUARD}"
-            ))
-            .map_err(q)?
-            .execute(params![f.id, f.owner, f.attempt, us(*run_at), entry_json(entry)?]),
-        Transition::Discard { reason, entry, .. } => conn
-            .prepare_cached(&format!(
-                "UPDATE onus_jobs SET state = 'discarded', finalized_at = ?4, discard_reason = ?5,
-                 errors = json_insert(errors, '$[#]', json(?6)), lease_owner = NULL, lease_expires_at = NULL {GUARD}"
-            ))
-            .map_err(q)?
-            .execute(params![f.id, f.owner, f.attempt, now, reason.as_str(), entry_json(entry)?]),
-        Transition::Cancel { entry } => conn
-            .prepare_cached(&format!(
-                "UPDATE onus_jobs SET state = 'cancelled', finalized_at = ?4,
-                 errors = json_insert(errors, '$[#]', json(?5)), lease_owner = NULL, lease_expires_at = NULL {GUARD}"
-            ))
-            .map_err(q)?
-            .execute(params![f.id, f.owner, f.attempt, now, entry_json(entry)?]),
-        Transition::Return => conn
-            .prepare_cached(&format!(
-                "UPDATE onus_jobs SET state = 'available', run_at = ?4, attempt = attempt - 1,
-                 lease_owner = NULL, lease_expires_at = NULL {GUARD}"
-            ))
-            .map_err(q)?
-            .execute(params![f.id, f.owner, f.attempt, now]),
-    }
-    .map_err(q)?;
+    let w = crate::outcome::row_write(
+        &f.transition,
+        cancel_requested,
+        lease_wait,
+        f.now,
+        f.attempt,
+    );
+    let entry = w.entry.as_ref().map(entry_json).transpose()?;
+    let n = conn
+        .prepare_cached(
+            "UPDATE onus_jobs SET state = ?2, run_at = COALESCE(?3, run_at), attempt = attempt - ?4,
+                snoozes = snoozes + ?5, finalized_at = COALESCE(?6, finalized_at),
+                discard_reason = COALESCE(?7, discard_reason),
+                errors = CASE WHEN ?8 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(?8)) END,
+                lease_wait = ?9, lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = ?1",
+        )
+        .map_err(q)?
+        .execute(params![
+            f.id,
+            w.state.as_str(),
+            w.run_at.map(us),
+            i64::from(w.give_back_attempt),
+            i64::from(w.snoozed),
+            w.finalized_at.map(us),
+            w.discard_reason.map(|r| r.as_str()),
+            entry,
+            w.lease_wait,
+        ])
+        .map_err(q)?;
     if n == 0 {
         return Ok(false);
     }
-    if let Transition::Discard {
-        alert: true, entry, ..
-    } = &transition
-    {
+    let now = us(f.now);
+    if let Some(message) = &w.alert {
         conn.prepare_cached(
             "INSERT INTO onus_alerts (job_id, kind, message, created_at) SELECT id, kind, ?2, ?3 FROM onus_jobs WHERE id = ?1",
         )
         .map_err(q)?
-        .execute(params![f.id, entry.message, now])
+        .execute(params![f.id, message, now])
         .map_err(q)?;
     }
     if let Some(key) = &f.release_lease {
         release_lease(conn, key, f.id, now)?;
     }
-    if let Some(name) = &f.periodic {
-        let (state, failure): (&str, Option<&str>) = match &transition {
-            Transition::Complete => ("completed", None),
-            Transition::Retry { entry, .. } => ("retryable", Some(&entry.message)),
-            Transition::Discard { entry, .. } => ("discarded", Some(&entry.message)),
-            Transition::Cancel { .. } => ("cancelled", None),
-            Transition::Snooze { .. } | Transition::Return => ("", None),
-        };
-        if !state.is_empty() {
-            conn.prepare_cached(
-                "UPDATE onus_periodic SET last_run_at = ?2, last_state = ?3,
-                 last_failure_at = CASE WHEN ?4 IS NULL THEN last_failure_at ELSE ?2 END,
-                 last_error = COALESCE(?4, last_error) WHERE name = ?1",
-            )
-            .map_err(q)?
-            .execute(params![name, now, state, failure])
-            .map_err(q)?;
-        }
+    if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
+        conn.prepare_cached(
+            "UPDATE onus_periodic SET last_run_at = ?2, last_state = ?3,
+             last_failure_at = CASE WHEN ?4 IS NULL THEN last_failure_at ELSE ?2 END,
+             last_error = COALESCE(?4, last_error) WHERE name = ?1",
+        )
+        .map_err(q)?
+        .execute(params![name, now, p.state.as_str(), p.failure])
+        .map_err(q)?;
     }
     Ok(true)
 }
@@ -943,7 +916,7 @@ impl Store for SqliteStore {
     }
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
-        self.write(move |conn| batch.iter().map(|f| finish_one(conn, f)).collect())
+        self.write(move |conn| batch.iter().map(|f| finish_one(conn, f, false)).collect())
             .await
     }
 
@@ -1129,72 +1102,38 @@ impl Store for SqliteStore {
     ) -> StoreResult<LeaseDecision> {
         let key = key.to_string();
         let owner = owner.to_string();
-        let attempt = job.attempt;
-        let job = job.id;
+        let job = job.clone();
         self.write(move |conn| {
-            let held: Vec<(u32, JobId, i64)> = conn
+            let held: Vec<crate::limits::SlotRow> = conn
                 .prepare_cached("SELECT slot, job_id, busy_until FROM onus_leases WHERE key = ?1")
                 .map_err(q)?
-                .query_map([&key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .query_map([&key], |r| Ok((r.get(0)?, r.get(1)?, from_micros(r.get(2)?))))
                 .map_err(q)?
                 .collect::<rusqlite::Result<_>>()
                 .map_err(q)?;
-            let slot = held
-                .iter()
-                .find(|(_, j, _)| *j == job)
-                .map(|(s, _, _)| *s)
-                .or_else(|| {
-                    (0..slots.max(1)).find(|s| {
-                        held.iter().find(|(hs, _, _)| hs == s).is_none_or(|(_, _, busy)| *busy <= us(now))
-                    })
-                });
-            match slot {
-                Some(s) => {
-                    conn.prepare_cached(
-                        "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES (?1, ?2, ?3, ?4)
-                         ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
-                    )
-                    .map_err(q)?
-                    .execute(params![key, s, job, us(until)])
-                    .map_err(q)?;
-                    Ok(LeaseDecision::Acquired)
-                }
-                None => {
-                    let free_at = held.iter().map(|(_, _, b)| *b).min().unwrap_or(us(now)).max(us(now));
-                    let last: Option<i64> = conn
-                        .prepare_cached(
-                            "SELECT MAX(run_at) FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' AND lease_wait = 1 AND id != ?2",
-                        )
-                        .map_err(q)?
-                        .query_row(params![key, job], |r| r.get(0))
-                        .map_err(q)?;
-                    let spacing = (until - now).to_std().unwrap_or_default() / slots.max(1);
-                    let free_at = us(lease_waiter_wakes_at(from_micros(free_at), ts(last), spacing));
-                    let entry = HistoryEntry {
-                        at: now,
-                        attempt,
-                        class: EntryClass::Snooze,
-                        message: format!("lease key {key} busy ({} of {} slots held)", held.len(), slots.max(1)),
-                    };
-                    let snooze = Finish {
-                        id: job,
-                        owner,
-                        attempt,
-                        transition: Transition::Snooze { run_at: from_micros(free_at), entry },
-                        now,
-                        release_lease: None,
-                        periodic: None,
-                        expired_before: None,
-                    };
-                    if finish_one(conn, &snooze)? {
-                        conn.prepare_cached("UPDATE onus_jobs SET lease_wait = 1 WHERE id = ?1 AND state = 'snoozed'")
-                            .map_err(q)?
-                            .execute([job])
-                            .map_err(q)?;
-                    }
-                    Ok(LeaseDecision::Busy(from_micros(free_at)))
-                }
+            if let Some(s) = crate::limits::free_slot(&held, job.id, slots, now) {
+                conn.prepare_cached(
+                    "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+                )
+                .map_err(q)?
+                .execute(params![key, s, job.id, us(until)])
+                .map_err(q)?;
+                return Ok(LeaseDecision::Acquired);
             }
+            let last: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT MAX(run_at) FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' AND lease_wait = 1 AND id != ?2",
+                )
+                .map_err(q)?
+                .query_row(params![key, job.id], |r| r.get(0))
+                .map_err(q)?;
+            let snooze = crate::limits::busy_snooze(&key, slots, &held, &job, &owner, now, until, ts(last));
+            finish_one(conn, &snooze, true)?;
+            Ok(LeaseDecision::Busy(match snooze.transition {
+                Transition::Snooze { run_at, .. } => run_at,
+                _ => now,
+            }))
         })
         .await
     }
