@@ -68,7 +68,7 @@ impl TestDb {
 /// Runs each named `async fn name(backend: Backend)` once per backend, as tests
 /// `sqlite::name` and `postgres::name` on a multi-threaded runtime.
 ///
-/// ```ignore
+/// ```text
 /// async fn inserts_survive(backend: onus_testkit::Backend) { /* ... */ }
 /// onus_testkit::both!(inserts_survive);
 /// ```

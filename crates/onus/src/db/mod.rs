@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex};
 use crate::store::{InsertRow, Inserted, Store, StoreError, StoreResult};
 
 pub mod migrate;
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
 pub(crate) mod value;
 
 pub use migrate::{Applied, Line, LineStatus, Migration, JOBS};
@@ -189,11 +191,11 @@ impl Tx for SqliteTx<'_> {
     }
 
     async fn query(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<Row>> {
-        crate::store::sqlite::component_rows(self.conn, sql, params)
+        sqlite::rows(self.conn, sql, params)
     }
 
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64> {
-        crate::store::sqlite::component_execute(self.conn, sql, params)
+        sqlite::execute(self.conn, sql, params)
     }
 
     async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
@@ -245,15 +247,15 @@ impl Tx for PgTx<'_> {
 
     async fn query(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<Row>> {
         match self.conn {
-            PgConn::Tx(t) => crate::store::postgres::component_rows(t, sql, params).await,
-            PgConn::Client(c) => crate::store::postgres::component_rows(c, sql, params).await,
+            PgConn::Tx(t) => postgres::rows(t, sql, params).await,
+            PgConn::Client(c) => postgres::rows(c, sql, params).await,
         }
     }
 
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64> {
         match self.conn {
-            PgConn::Tx(t) => crate::store::postgres::component_execute(t, sql, params).await,
-            PgConn::Client(c) => crate::store::postgres::component_execute(c, sql, params).await,
+            PgConn::Tx(t) => postgres::execute(t, sql, params).await,
+            PgConn::Client(c) => postgres::execute(c, sql, params).await,
         }
     }
 

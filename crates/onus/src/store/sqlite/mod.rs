@@ -177,108 +177,6 @@ fn connect(opts: &SqliteOptions, write: bool) -> StoreResult<Connection> {
     Ok(conn)
 }
 
-const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
-    line       TEXT    NOT NULL,
-    version    INTEGER NOT NULL,
-    name       TEXT    NOT NULL,
-    applied_at INTEGER NOT NULL,
-    PRIMARY KEY (line, version)
-)";
-
-/// The newest version recorded per line, creating the record table (and adopting the records
-/// kept before it) if needed. Runs inside the caller's write transaction.
-fn applied_versions(
-    conn: &Connection,
-) -> StoreResult<std::collections::HashMap<String, (u32, Option<i64>)>> {
-    conn.execute_batch(MIGRATIONS_TABLE).map_err(q)?;
-    let now = us(chrono::Utc::now());
-    let none: bool = conn
-        .query_row(
-            "SELECT NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'jobs')",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(q)?;
-    if none {
-        let legacy: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(q)?;
-        for v in 1..=legacy.clamp(0, i64::from(u16::MAX)) {
-            let name = crate::db::JOBS
-                .sqlite
-                .get(v as usize - 1)
-                .map_or("(recorded before onus_migrations)", |m| m.name);
-            conn.execute(
-                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ('jobs', ?1, ?2, ?3)",
-                params![v, name, now],
-            )
-            .map_err(q)?;
-        }
-    }
-    let legacy_webhooks: bool = conn
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)
-             AND NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'webhooks')",
-            [crate::db::migrate::LEGACY_WEBHOOKS_TABLE],
-            |r| r.get(0),
-        )
-        .map_err(q)?;
-    if legacy_webhooks {
-        conn.execute(
-            &format!(
-                "INSERT INTO onus_migrations (line, version, name, applied_at)
-                 SELECT DISTINCT 'webhooks', version, '(recorded before onus_migrations)', ?1 FROM {}",
-                crate::db::migrate::LEGACY_WEBHOOKS_TABLE
-            ),
-            [now],
-        )
-        .map_err(q)?;
-    }
-    let mut stmt = conn
-        .prepare("SELECT line, MAX(version), MAX(applied_at) FROM onus_migrations GROUP BY line")
-        .map_err(q)?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))
-        .map_err(q)?;
-    rows.collect::<rusqlite::Result<_>>().map_err(q)
-}
-
-/// Applies the pending migrations of `lines` inside the caller's write transaction (which holds
-/// SQLite's write lock, so no other process migrates at the same time).
-fn apply_lines(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
-    let have = applied_versions(conn)?;
-    let mut out = Vec::new();
-    for line in crate::db::migrate::with_jobs(lines) {
-        let version = have.get(line.name).map_or(0, |(v, _)| *v);
-        for m in line.pending(crate::db::Backend::Sqlite, version)? {
-            conn.execute_batch(m.sql)
-                .map_err(|e| crate::db::migrate::failed(line, m, e))?;
-            conn.execute(
-                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)",
-                params![line.name, m.version, m.name, us(chrono::Utc::now())],
-            )
-            .map_err(q)?;
-            out.push(Applied {
-                line: line.name.to_string(),
-                version: m.version,
-                name: m.name.to_string(),
-            });
-        }
-    }
-    Ok(out)
-}
-
-fn line_status(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
-    let have = applied_versions(conn)?;
-    crate::db::migrate::with_jobs(lines)
-        .into_iter()
-        .map(|line| {
-            let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
-            LineStatus::of(line, crate::db::Backend::Sqlite, v, ts(at))
-        })
-        .collect()
-}
-
 /// Runs `f` in a transaction of its own that holds the write lock (before the writer starts).
 fn immediate<R>(
     conn: &mut Connection,
@@ -293,80 +191,6 @@ fn immediate<R>(
     Ok(r)
 }
 
-/// The rows of a component's statement on `conn`.
-pub(crate) fn component_rows(
-    conn: &Connection,
-    sql: &crate::db::Sql,
-    params: &[crate::db::Value],
-) -> StoreResult<Vec<crate::db::Row>> {
-    let mut st = component_statement(conn, sql, params)?;
-    let columns: Arc<[String]> = st.column_names().into_iter().map(String::from).collect();
-    let n = columns.len();
-    let mut rows = st
-        .query(rusqlite::params_from_iter(params.iter()))
-        .map_err(q)?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next().map_err(q)? {
-        let mut values = Vec::with_capacity(n);
-        for i in 0..n {
-            values.push(crate::db::value::from_sqlite(r.get_ref(i).map_err(q)?));
-        }
-        out.push(crate::db::Row::new(sql.table, columns.clone(), values));
-    }
-    Ok(out)
-}
-
-/// Runs a component's statement on `conn`; returns the rows it changed.
-pub(crate) fn component_execute(
-    conn: &Connection,
-    sql: &crate::db::Sql,
-    params: &[crate::db::Value],
-) -> StoreResult<u64> {
-    let mut st = component_statement(conn, sql, params)?;
-    if st.column_count() > 0 {
-        // A statement with RETURNING: step through it so every row is written.
-        let mut rows = st
-            .query(rusqlite::params_from_iter(params.iter()))
-            .map_err(q)?;
-        let mut n = 0;
-        while rows.next().map_err(q)?.is_some() {
-            n += 1;
-        }
-        return Ok(n);
-    }
-    st.execute(rusqlite::params_from_iter(params.iter()))
-        .map(|n| n as u64)
-        .map_err(q)
-}
-
-fn component_statement<'c>(
-    conn: &'c Connection,
-    sql: &crate::db::Sql,
-    params: &[crate::db::Value],
-) -> StoreResult<rusqlite::CachedStatement<'c>> {
-    let text = sql.text(crate::db::Backend::Sqlite);
-    let st = conn.prepare_cached(text).map_err(q)?;
-    // `$n` parameters are bound by position: they must first appear in order, one value each.
-    let n = st.parameter_count();
-    for i in 1..=n {
-        let expected = format!("${i}");
-        if st.parameter_name(i) != Some(expected.as_str()) {
-            return Err(StoreError::Query(format!(
-                "parameter {i} of a statement on {} is not ${i} (number parameters in order of first use): {text}",
-                sql.table
-            )));
-        }
-    }
-    if n != params.len() {
-        return Err(StoreError::Query(format!(
-            "a statement on {} takes {n} parameters but was given {}: {text}",
-            sql.table,
-            params.len()
-        )));
-    }
-    Ok(st)
-}
-
 impl SqliteStore {
     /// Opens (creating if needed) and migrates the database, and starts its writer thread.
     pub async fn open(opts: SqliteOptions) -> StoreResult<Self> {
@@ -374,7 +198,10 @@ impl SqliteStore {
         let conn = tokio::task::spawn_blocking(move || -> StoreResult<Connection> {
             let mut conn = connect(&o, true)?;
             if o.migrate {
-                immediate(&mut conn, &o.path, |c| apply_lines(c, &[])).map_err(|e| match e {
+                immediate(&mut conn, &o.path, |c| {
+                    crate::db::sqlite::apply_lines(c, &[])
+                })
+                .map_err(|e| match e {
                     StoreError::Open(m) => StoreError::Open(format!(
                         "cannot apply the schema of the SQLite database at {}: {m}",
                         o.path.display()
@@ -569,7 +396,7 @@ fn transient(e: &rusqlite::Error) -> bool {
     )
 }
 
-fn q(e: rusqlite::Error) -> StoreError {
+pub(crate) fn q(e: rusqlite::Error) -> StoreError {
     if transient(&e) {
         StoreError::Unavailable(e.to_string())
     } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
@@ -579,11 +406,11 @@ fn q(e: rusqlite::Error) -> StoreError {
     }
 }
 
-fn us(t: Timestamp) -> i64 {
+pub(crate) fn us(t: Timestamp) -> i64 {
     t.timestamp_micros()
 }
 
-fn ts(v: Option<i64>) -> Option<Timestamp> {
+pub(crate) fn ts(v: Option<i64>) -> Option<Timestamp> {
     v.map(from_micros)
 }
 
@@ -876,12 +703,14 @@ impl Store for SqliteStore {
 
     async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
         let lines = lines.to_vec();
-        self.write(move |conn| apply_lines(conn, &lines)).await
+        self.write(move |conn| crate::db::sqlite::apply_lines(conn, &lines))
+            .await
     }
 
     async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
         let lines = lines.to_vec();
-        self.write(move |conn| line_status(conn, &lines)).await
+        self.write(move |conn| crate::db::sqlite::line_status(conn, &lines))
+            .await
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
@@ -1111,7 +940,8 @@ impl Store for SqliteStore {
                 .map_err(q)?
                 .collect::<rusqlite::Result<_>>()
                 .map_err(q)?;
-            if let Some(s) = crate::limits::free_slot(&held, job.id, slots, now) {
+            let ask = crate::limits::LeaseAsk { key: &key, slots, job: &job, owner: &owner, now, until };
+            if let Some(s) = ask.free_slot(&held) {
                 conn.prepare_cached(
                     "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
@@ -1128,7 +958,7 @@ impl Store for SqliteStore {
                 .map_err(q)?
                 .query_row(params![key, job.id], |r| r.get(0))
                 .map_err(q)?;
-            let snooze = crate::limits::busy_snooze(&key, slots, &held, &job, &owner, now, until, ts(last));
+            let snooze = ask.busy_snooze(&held, ts(last));
             finish_one(conn, &snooze, true)?;
             Ok(LeaseDecision::Busy(match snooze.transition {
                 Transition::Snooze { run_at, .. } => run_at,

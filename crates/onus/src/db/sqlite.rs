@@ -1,0 +1,188 @@
+//! The database layer on SQLite: component statements and the migration runner, on a
+//! connection the caller holds in a write transaction (the store's writer, or the caller's own).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rusqlite::{params, Connection};
+
+use crate::db::migrate::{Applied, Line, LineStatus};
+use crate::store::sqlite::{q, ts, us};
+use crate::store::{StoreError, StoreResult};
+
+const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
+    line       TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL,
+    PRIMARY KEY (line, version)
+)";
+
+/// The newest version recorded per line, creating the record table (and adopting the records
+/// kept before it) if needed. Runs inside the caller's write transaction.
+fn applied_versions(conn: &Connection) -> StoreResult<HashMap<String, (u32, Option<i64>)>> {
+    conn.execute_batch(MIGRATIONS_TABLE).map_err(q)?;
+    let now = us(chrono::Utc::now());
+    let none: bool = conn
+        .query_row(
+            "SELECT NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'jobs')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(q)?;
+    if none {
+        let legacy: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(q)?;
+        for v in 1..=legacy.clamp(0, i64::from(u16::MAX)) {
+            let name = crate::db::JOBS
+                .sqlite
+                .get(v as usize - 1)
+                .map_or("(recorded before onus_migrations)", |m| m.name);
+            conn.execute(
+                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ('jobs', ?1, ?2, ?3)",
+                params![v, name, now],
+            )
+            .map_err(q)?;
+        }
+    }
+    let legacy_webhooks: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)
+             AND NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'webhooks')",
+            [crate::db::migrate::LEGACY_WEBHOOKS_TABLE],
+            |r| r.get(0),
+        )
+        .map_err(q)?;
+    if legacy_webhooks {
+        conn.execute(
+            &format!(
+                "INSERT INTO onus_migrations (line, version, name, applied_at)
+                 SELECT DISTINCT 'webhooks', version, '(recorded before onus_migrations)', ?1 FROM {}",
+                crate::db::migrate::LEGACY_WEBHOOKS_TABLE
+            ),
+            [now],
+        )
+        .map_err(q)?;
+    }
+    let mut stmt = conn
+        .prepare("SELECT line, MAX(version), MAX(applied_at) FROM onus_migrations GROUP BY line")
+        .map_err(q)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))
+        .map_err(q)?;
+    rows.collect::<rusqlite::Result<_>>().map_err(q)
+}
+
+/// Applies the pending migrations of `lines` inside the caller's write transaction (which holds
+/// SQLite's write lock, so no other process migrates at the same time).
+pub(crate) fn apply_lines(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
+    let have = applied_versions(conn)?;
+    let mut out = Vec::new();
+    for line in crate::db::migrate::with_jobs(lines) {
+        let version = have.get(line.name).map_or(0, |(v, _)| *v);
+        for m in line.pending(crate::db::Backend::Sqlite, version)? {
+            conn.execute_batch(m.sql)
+                .map_err(|e| crate::db::migrate::failed(line, m, e))?;
+            conn.execute(
+                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)",
+                params![line.name, m.version, m.name, us(chrono::Utc::now())],
+            )
+            .map_err(q)?;
+            out.push(Applied {
+                line: line.name.to_string(),
+                version: m.version,
+                name: m.name.to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn line_status(
+    conn: &Connection,
+    lines: &[&'static Line],
+) -> StoreResult<Vec<LineStatus>> {
+    let have = applied_versions(conn)?;
+    crate::db::migrate::with_jobs(lines)
+        .into_iter()
+        .map(|line| {
+            let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
+            LineStatus::of(line, crate::db::Backend::Sqlite, v, ts(at))
+        })
+        .collect()
+}
+
+/// The rows of a component's statement on `conn`.
+pub(crate) fn rows(
+    conn: &Connection,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<Vec<crate::db::Row>> {
+    let mut st = statement(conn, sql, params)?;
+    let columns: Arc<[String]> = st.column_names().into_iter().map(String::from).collect();
+    let n = columns.len();
+    let mut rows = st
+        .query(rusqlite::params_from_iter(params.iter()))
+        .map_err(q)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(q)? {
+        let mut values = Vec::with_capacity(n);
+        for i in 0..n {
+            values.push(crate::db::value::from_sqlite(r.get_ref(i).map_err(q)?));
+        }
+        out.push(crate::db::Row::new(sql.table, columns.clone(), values));
+    }
+    Ok(out)
+}
+
+/// Runs a component's statement on `conn`; returns the rows it changed.
+pub(crate) fn execute(
+    conn: &Connection,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<u64> {
+    let mut st = statement(conn, sql, params)?;
+    if st.column_count() > 0 {
+        // A statement with RETURNING: step through it so every row is written.
+        let mut rows = st
+            .query(rusqlite::params_from_iter(params.iter()))
+            .map_err(q)?;
+        let mut n = 0;
+        while rows.next().map_err(q)?.is_some() {
+            n += 1;
+        }
+        return Ok(n);
+    }
+    st.execute(rusqlite::params_from_iter(params.iter()))
+        .map(|n| n as u64)
+        .map_err(q)
+}
+
+fn statement<'c>(
+    conn: &'c Connection,
+    sql: &crate::db::Sql,
+    params: &[crate::db::Value],
+) -> StoreResult<rusqlite::CachedStatement<'c>> {
+    let text = sql.text(crate::db::Backend::Sqlite);
+    let st = conn.prepare_cached(text).map_err(q)?;
+    // `$n` parameters are bound by position: they must first appear in order, one value each.
+    let n = st.parameter_count();
+    for i in 1..=n {
+        let expected = format!("${i}");
+        if st.parameter_name(i) != Some(expected.as_str()) {
+            return Err(StoreError::Query(format!(
+                "parameter {i} of a statement on {} is not ${i} (number parameters in order of first use): {text}",
+                sql.table
+            )));
+        }
+    }
+    if n != params.len() {
+        return Err(StoreError::Query(format!(
+            "a statement on {} takes {n} parameters but was given {}: {text}",
+            sql.table,
+            params.len()
+        )));
+    }
+    Ok(st)
+}
