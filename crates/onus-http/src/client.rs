@@ -72,6 +72,17 @@ pub struct Sent {
     pub blocked: Option<Blocked>,
 }
 
+/// The client cannot be set up from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// An allowed network is not a network.
+    #[error("{0:?} is not a network; write it like \"127.0.0.1/32\" or \"fd00::/8\"")]
+    BadNetwork(String),
+    /// The underlying client refused its settings.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
 /// A failed synchronous call.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -90,6 +101,19 @@ pub enum CallError {
     Invalid(String),
 }
 
+impl CallError {
+    /// Whose fault it is: a refused request or destination is the caller's; an unavailable
+    /// other side is the service's.
+    pub fn fault(&self) -> onus::Fault {
+        match self {
+            CallError::Unavailable(_) => onus::Fault::Service,
+            CallError::Rejected(_) | CallError::Blocked(_) | CallError::Invalid(_) => {
+                onus::Fault::Caller
+            }
+        }
+    }
+}
+
 /// The outbound HTTP client.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
@@ -100,7 +124,7 @@ pub struct HttpClient {
 
 impl HttpClient {
     /// Builds the client; the error says which setting is wrong.
-    pub fn new(cfg: &HttpConfig) -> Result<Self, String> {
+    pub fn new(cfg: &HttpConfig) -> Result<Self, SetupError> {
         let guard = Arc::new(Guard::parse(&cfg.allow_networks)?);
         let inner = reqwest::Client::builder()
             .retry(reqwest::retry::never()) // retry has one owner: the job layer
@@ -113,7 +137,7 @@ impl HttpClient {
                 guard: guard.clone(),
             }))
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(SetupError::Client)?;
         Ok(HttpClient {
             inner,
             guard,

@@ -226,14 +226,14 @@ impl Guard {
     }
 
     /// Parses networks such as `"127.0.0.1/32"` or `"10.1.0.0/16"`; the error names the bad one.
-    pub fn parse(allow: &[impl AsRef<str>]) -> Result<Self, String> {
+    pub fn parse(allow: &[impl AsRef<str>]) -> Result<Self, crate::SetupError> {
         let nets = allow
             .iter()
             .map(|s| {
                 let s = s.as_ref().trim();
                 s.parse::<IpNet>()
                     .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| format!("{s:?} is not a network; write it like \"127.0.0.1/32\" or \"fd00::/8\""))
+                    .map_err(|_| crate::SetupError::BadNetwork(s.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Guard::new(nets))

@@ -17,6 +17,8 @@ pub mod guard;
 pub mod request;
 
 pub use classify::{classify_status, Class};
-pub use client::{CallError, HttpClient, HttpConfig, Request, Sent, EXCERPT_BYTES, USER_AGENT};
+pub use client::{
+    CallError, HttpClient, HttpConfig, Request, Sent, SetupError, EXCERPT_BYTES, USER_AGENT,
+};
 pub use guard::{Blocked, Guard};
 pub use request::HttpRequestArgs;

@@ -47,7 +47,7 @@ pub async fn runtime(
     }
     let hooks =
         onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
-    let http = Arc::new(onus_http::HttpClient::new(&http_cfg)?);
+    let http = Arc::new(onus_http::HttpClient::new(&http_cfg).map_err(|e| e.to_string())?);
     let mut b = Onus::builder(store)
         .component(&hooks)
         .kind(onus_http::request::kind(http));
@@ -134,7 +134,7 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let running = onus.start();
     tracing::info!(
-        database = %onus::store::postgres::redact(&url),
+        database = %onus::redact_url(&url),
         config = %path.map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into()),
         owner = onus.owner(),
         "onus {} listening on http://{addr}",

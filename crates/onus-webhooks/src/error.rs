@@ -26,7 +26,7 @@ pub enum Error {
     Jobs(#[from] onus::Error),
     /// The delivery client could not be set up from the configuration.
     #[error("the webhook delivery client cannot be set up: {0}")]
-    Setup(String),
+    Setup(#[from] onus_http::SetupError),
     /// The component is not registered with a runtime yet.
     #[error("register the webhooks with Builder::component before using them")]
     NotRegistered,

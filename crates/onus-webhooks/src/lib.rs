@@ -190,8 +190,7 @@ impl Webhooks {
             timeout: cfg.timeout,
             connect_timeout: cfg.timeout.min(Duration::from_secs(10)),
             allow_networks: cfg.allow_networks.clone(),
-        })
-        .map_err(Error::Setup)?;
+        })?;
         Ok(Webhooks {
             inner: Arc::new(Inner {
                 db: Db::new(store),

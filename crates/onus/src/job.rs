@@ -271,19 +271,33 @@ pub struct Job {
 
 impl Job {
     /// Decodes the args into `T`; the error names the field that failed.
-    pub fn args_as<T: DeserializeOwned>(&self) -> Result<T, String> {
+    pub fn args_as<T: DeserializeOwned>(&self) -> Result<T, ArgsError> {
         decode_args(&self.args)
     }
 }
 
-pub(crate) fn decode_args<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            format!("args do not decode: {}", e.inner())
-        } else {
-            format!("args do not decode at field `{path}`: {}", e.inner())
-        }
+/// Args that do not decode into the kind's type, naming the field.
+#[derive(Debug, thiserror::Error)]
+#[error("args do not decode{}: {source}", at_field(.path))]
+pub struct ArgsError {
+    /// The field that failed (`.` for the whole value).
+    pub path: String,
+    /// What was wrong with it.
+    pub source: serde_json::Error,
+}
+
+fn at_field(path: &str) -> String {
+    if path == "." {
+        String::new()
+    } else {
+        format!(" at field `{path}`")
+    }
+}
+
+pub(crate) fn decode_args<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T, ArgsError> {
+    serde_path_to_error::deserialize(v).map_err(|e| ArgsError {
+        path: e.path().to_string(),
+        source: e.into_inner(),
     })
 }
 

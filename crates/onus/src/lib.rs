@@ -35,17 +35,18 @@ pub use runtime::{
     Periodic, Running, Schedule,
 };
 pub use store::{
-    open, open_with, Fault, JobFilter, Refused, RetryOutcome, Store, StoreError, StoreResult,
+    open, open_with, redact_url, Fault, JobFilter, Refused, RetryOutcome, Store, StoreError,
+    StoreResult,
 };
 
-/// The PostgreSQL store and the in-transaction insert for applications that share its database.
+/// The PostgreSQL store, and the client crates it is built on (for the caller's own transactions).
 pub mod postgres {
-    pub use crate::store::postgres::{deadpool_postgres, insert_tx, tokio_postgres, PostgresStore};
+    pub use crate::store::postgres::{deadpool_postgres, tokio_postgres, PostgresStore};
 }
 
-/// The SQLite store and the in-transaction insert for applications that share its file.
+/// The SQLite store, and the `rusqlite` it is built on (for the caller's own transactions).
 pub mod sqlite {
-    pub use crate::store::sqlite::{insert_tx, rusqlite, Durability, SqliteOptions, SqliteStore};
+    pub use crate::store::sqlite::{rusqlite, Durability, SqliteOptions, SqliteStore};
 }
 
 /// The queue a job runs in when neither its insert nor its kind names one.

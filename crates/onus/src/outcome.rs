@@ -132,8 +132,12 @@ pub fn chain(e: &(dyn StdError + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let cause = c.to_string();
+        // An error that already prints its cause is not repeated.
+        if !s.ends_with(&cause) {
+            s.push_str(": ");
+            s.push_str(&cause);
+        }
         cur = c.source();
     }
     s

@@ -316,11 +316,29 @@ pub type TxFn = Box<dyn for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreRe
 /// Runs an operation that must not wait on anything but a synchronous (SQLite) transaction:
 /// its one poll must finish it.
 pub(crate) fn run_now<T>(fut: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    ready(fut)
+}
+
+/// The result of an operation on a [`SqliteTx`], from synchronous code: SQLite answers at once,
+/// so the operation completes on its first poll, without an async runtime. An operation that
+/// awaits anything else fails instead of blocking.
+///
+/// ```no_run
+/// # fn demo(conn: &mut onus::sqlite::rusqlite::Connection, client: &onus::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let tx = conn.transaction()?;
+/// tx.execute("INSERT INTO orders (id, total) VALUES (?1, ?2)", (42, 1999))?;
+/// let job = onus::NewJob::new("receipt.send", serde_json::json!({"order": 42}));
+/// onus::db::ready(client.insert_in(&onus::db::SqliteTx::new(&tx), job))?;
+/// tx.commit()?; // the order and its job, or neither
+/// # Ok(()) }
+/// ```
+pub fn ready<T, E: From<StoreError>>(fut: impl Future<Output = Result<T, E>>) -> Result<T, E> {
     use futures_util::FutureExt;
     fut.now_or_never().unwrap_or_else(|| {
         Err(StoreError::Query(
             "a database operation awaited something other than its SQLite transaction; an operation may await only its transaction".into(),
-        ))
+        )
+        .into())
     })
 }
 

@@ -132,10 +132,33 @@ impl Client {
     }
 
     /// Resolves a new job's defaults (queue and attempts from its kind's policy, the run time from
-    /// this client's clock) into the row a store writes. Use it with an in-transaction insert such
-    /// as [`crate::sqlite::insert_tx`].
+    /// this client's clock) into the row a store writes, for [`crate::db::Tx::insert_job`].
     pub fn prepare(&self, job: NewJob) -> Result<InsertRow, Error> {
         prepare_with(&self.shared, job)
+    }
+
+    /// Inserts one job inside the caller's own open transaction (an [`crate::db::SqliteTx`] or
+    /// [`crate::db::PgTx`]): it commits with the caller's writes or not at all (the outbox). On
+    /// SQLite, from synchronous code, wrap the call in [`crate::db::ready`], and call
+    /// [`Client::notify_inserted`] after the commit; on PostgreSQL workers are notified by the
+    /// commit.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &onus::Client, db: &mut onus::postgres::tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let tx = db.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id, total) VALUES ($1, $2)", &[&42i64, &1999i64]).await?;
+    /// let job = onus::NewJob::new("receipt.send", serde_json::json!({"order": 42}));
+    /// client.insert_in(&onus::db::PgTx::new(&tx), job).await?;
+    /// tx.commit().await?; // the order and its job, or neither
+    /// # Ok(()) }
+    /// ```
+    pub async fn insert_in<T: crate::db::Tx + ?Sized>(
+        &self,
+        tx: &T,
+        job: NewJob,
+    ) -> Result<Inserted, Error> {
+        let row = self.prepare(job)?;
+        Ok(tx.insert_job(row).await?)
     }
 
     /// Inserts one job; durable once this returns.
@@ -166,7 +189,7 @@ impl Client {
     }
 
     /// Tells this process's workers that jobs were inserted elsewhere (for example with
-    /// [`crate::sqlite::insert_tx`] after the caller's commit), so they need not wait for a poll.
+    /// [`Client::insert_in`] on SQLite, after the caller's commit), so they need not wait for a poll.
     pub fn notify_inserted(&self, queue: &str) {
         self.shared.hub.wake(queue);
     }

@@ -109,7 +109,7 @@ impl Kind {
         self.handler(move |ctx: JobContext| {
             let f = f.clone();
             async move {
-                let args: A = decode_args(&ctx.job().args).map_err(JobError::discard)?;
+                let args: A = decode_args(&ctx.job().args).map_err(JobError::discard_err)?;
                 f(ctx, args).await
             }
         })

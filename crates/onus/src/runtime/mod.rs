@@ -26,7 +26,7 @@ pub use client::{Client, Error, BULK_CHUNK};
 pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
-pub use periodic::{Periodic, Schedule};
+pub use periodic::{Periodic, Schedule, ScheduleError};
 
 use crate::clock::{Clock, SystemClock};
 use crate::job::JobArgs;

@@ -29,25 +29,42 @@ impl fmt::Debug for Schedule {
     }
 }
 
+/// A schedule that cannot be used, with what to write instead.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// Not a cron expression.
+    #[error("{expr:?} is not a cron expression ({source}); write it like \"0 3 * * *\"")]
+    Cron {
+        /// The expression as written.
+        expr: String,
+        /// What the cron parser found wrong.
+        source: croner::errors::CronError,
+    },
+    /// An interval shorter than a second.
+    #[error("a periodic interval must be at least 1s; got {}", crate::policy::human(*.0))]
+    TooShort(Duration),
+    /// `every` followed by something that is not a duration.
+    #[error("{0}")]
+    BadInterval(String),
+}
+
 impl Schedule {
     /// Parses a cron expression; the error says what is wrong with it.
-    pub fn cron(expr: &str) -> Result<Self, String> {
+    pub fn cron(expr: &str) -> Result<Self, ScheduleError> {
         let c = croner::Cron::new(expr)
             .with_seconds_optional()
             .parse()
-            .map_err(|e| {
-                format!("{expr:?} is not a cron expression ({e}); write it like \"0 3 * * *\"")
+            .map_err(|source| ScheduleError::Cron {
+                expr: expr.to_string(),
+                source,
             })?;
         Ok(Schedule::Cron(Box::new(c), expr.to_string()))
     }
 
     /// Every `d` (at least one second).
-    pub fn every(d: Duration) -> Result<Self, String> {
+    pub fn every(d: Duration) -> Result<Self, ScheduleError> {
         if d < Duration::from_secs(1) {
-            return Err(format!(
-                "a periodic interval must be at least 1s; got {}",
-                crate::policy::human(d)
-            ));
+            return Err(ScheduleError::TooShort(d));
         }
         Ok(Schedule::Every(d))
     }
@@ -77,13 +94,13 @@ impl Schedule {
 }
 
 impl FromStr for Schedule {
-    type Err = String;
+    type Err = ScheduleError;
     /// `every 5m`, `@every 5m`, or a cron expression.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         if let Some(rest) = s.strip_prefix("@every").or_else(|| s.strip_prefix("every")) {
             let rest = rest.trim_start_matches(':').trim();
-            let d = crate::policy::duration_str::parse(rest)?;
+            let d = crate::policy::duration_str::parse(rest).map_err(ScheduleError::BadInterval)?;
             return Schedule::every(d);
         }
         Schedule::cron(s)
@@ -156,7 +173,10 @@ mod tests {
             cron.next_after(edge).to_rfc3339(),
             "2026-01-03T03:00:00+00:00"
         );
-        assert!(Schedule::from_str("61 * * *").unwrap_err().contains("cron"));
+        assert!(Schedule::from_str("61 * * *")
+            .unwrap_err()
+            .to_string()
+            .contains("cron"));
         assert!(Schedule::from_str("every 0s").is_err());
     }
 

@@ -19,8 +19,8 @@ use crate::db::{Line, LineStatus};
 use crate::job::{Job, JobId, JobState};
 use crate::outcome::Transition;
 
-pub mod postgres;
-pub mod sqlite;
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
 
 /// A storage failure, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -680,6 +680,19 @@ pub(crate) fn refusal(id: JobId, job: Option<&Job>, retry: bool) -> StoreError {
     ))
 }
 
+/// A database URL as it may be shown in logs and errors: a PostgreSQL URL rebuilt from its parsed
+/// parts (no password, in the authority or in `?password=`, can appear), a SQLite URL as it is
+/// (it holds no secret), and anything else with its credentials and query hidden.
+pub fn redact_url(url: &str) -> String {
+    if url.starts_with("sqlite:") {
+        url.to_string()
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        postgres::connect::redact(url)
+    } else {
+        postgres::connect::crude_redact(url)
+    }
+}
+
 /// Opens the store a URL names (`sqlite://path/to/file.db`, created if missing, or
 /// `postgres://user@host/db`) and applies the job layer's pending migrations.
 pub async fn open(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
@@ -701,7 +714,7 @@ pub async fn open_with(url: &str, migrate: bool) -> StoreResult<std::sync::Arc<d
     } else {
         Err(StoreError::BadUrl(format!(
             "the database URL {} is not understood; use sqlite://path/to/onus.db (or postgres://user@host/db)",
-            postgres::redact_any(url)
+            redact_url(url)
         )))
     }
 }

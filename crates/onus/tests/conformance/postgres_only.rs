@@ -372,16 +372,15 @@ async fn outbox_job_commits_with_the_callers_transaction_or_not_at_all() {
     tx.execute("INSERT INTO orders VALUES (1, 100)", &[])
         .await
         .unwrap();
-    let ghost = onus::postgres::insert_tx(
-        &tx,
-        client
-            .prepare(NewJob::new("receipt.send", json!({"order": 1})))
-            .unwrap(),
-    )
-    .await
-    .unwrap()
-    .job
-    .id;
+    let ghost = client
+        .insert_in(
+            &onus::db::PgTx::new(&tx),
+            NewJob::new("receipt.send", json!({"order": 1})),
+        )
+        .await
+        .unwrap()
+        .job
+        .id;
     tx.rollback().await.unwrap();
     assert!(
         env.store.get(ghost).await.unwrap().is_none(),
@@ -392,16 +391,15 @@ async fn outbox_job_commits_with_the_callers_transaction_or_not_at_all() {
     tx.execute("INSERT INTO orders VALUES (2, 200)", &[])
         .await
         .unwrap();
-    let id = onus::postgres::insert_tx(
-        &tx,
-        client
-            .prepare(NewJob::new("receipt.send", json!({"order": 2})))
-            .unwrap(),
-    )
-    .await
-    .unwrap()
-    .job
-    .id;
+    let id = client
+        .insert_in(
+            &onus::db::PgTx::new(&tx),
+            NewJob::new("receipt.send", json!({"order": 2})),
+        )
+        .await
+        .unwrap()
+        .job
+        .id;
     tx.commit().await.unwrap();
     // Picked up by the commit's notice (the poll interval is 10 minutes).
     env.wait_state(id, JobState::Completed).await;

@@ -34,12 +34,10 @@ async fn outbox_job_commits_with_the_callers_data_or_not_at_all() {
     let tx = conn.transaction().unwrap();
     tx.execute("INSERT INTO orders (id, total) VALUES (1, 100)", ())
         .unwrap();
-    let ins = onus::sqlite::insert_tx(
-        &tx,
-        client
-            .prepare(NewJob::new("receipt.send", json!({"order": 1})))
-            .unwrap(),
-    )
+    let ins = onus::db::ready(client.insert_in(
+        &onus::db::SqliteTx::new(&tx),
+        NewJob::new("receipt.send", json!({"order": 1})),
+    ))
     .unwrap();
     let ghost = ins.job.id;
     tx.rollback().unwrap();
@@ -53,12 +51,11 @@ async fn outbox_job_commits_with_the_callers_data_or_not_at_all() {
     let tx = conn.transaction().unwrap();
     tx.execute("INSERT INTO orders (id, total) VALUES (2, 200)", ())
         .unwrap();
-    let row = client
-        .prepare(NewJob::new("receipt.send", json!({"order": 2})).unique_key("order-2"))
-        .unwrap();
-    let ins = onus::sqlite::insert_tx(&tx, row.clone()).unwrap();
+    let job = NewJob::new("receipt.send", json!({"order": 2})).unique_key("order-2");
+    let in_tx = onus::db::SqliteTx::new(&tx);
+    let ins = onus::db::ready(client.insert_in(&in_tx, job.clone())).unwrap();
     // The unique key holds inside the caller's transaction too.
-    let again = onus::sqlite::insert_tx(&tx, row).unwrap();
+    let again = onus::db::ready(client.insert_in(&in_tx, job)).unwrap();
     assert!(ins.inserted && !again.inserted && again.job.id == ins.job.id);
     tx.commit().unwrap();
     let running = onus.start();

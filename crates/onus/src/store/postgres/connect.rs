@@ -64,7 +64,7 @@ enum Check {
 
 /// A URL with everything between `://` and `@` and the whole query hidden, for a URL that does not
 /// parse (so not even a malformed password is shown).
-fn crude_redact(url: &str) -> String {
+pub(crate) fn crude_redact(url: &str) -> String {
     let (base, has_query) = match url.split_once('?') {
         Some((b, _)) => (b, true),
         None => (url, false),
@@ -116,16 +116,8 @@ fn shown(config: &tokio_postgres::Config, sslmode: Option<&str>) -> String {
     s
 }
 
-/// Shows any URL-like string with everything between `://` and `@`, and its query, hidden.
-pub fn redact_any(url: &str) -> String {
-    crude_redact(url)
-}
-
-/// Shows a database URL without its password; a URL that is not PostgreSQL's is returned as is.
-pub fn redact(url: &str) -> String {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return url.to_string();
-    }
+/// A PostgreSQL URL rebuilt from its parsed parts, so no password can appear.
+pub(crate) fn redact(url: &str) -> String {
     match parse(url) {
         Ok(t) => t.shown,
         Err(_) => crude_redact(url),
@@ -362,9 +354,14 @@ mod tests {
             assert!(shown.contains("ada@db.example.com"), "{shown}");
         }
         // Unparsable: still nothing secret.
-        let shown = redact("postgres://ada:s3cret@db.example.com:notaport/jobs?password=s3cret");
+        let shown = crate::store::redact_url(
+            "postgres://ada:s3cret@db.example.com:notaport/jobs?password=s3cret",
+        );
         assert!(!shown.contains("s3cret"), "{shown}");
-        assert_eq!(redact("sqlite://onus.db"), "sqlite://onus.db");
+        assert_eq!(
+            crate::store::redact_url("sqlite://onus.db"),
+            "sqlite://onus.db"
+        );
     }
 
     #[test]

@@ -26,11 +26,10 @@ use crate::clock::Timestamp;
 use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState};
 use crate::outcome::Transition;
 
-pub use connect::{redact, redact_any};
 pub use deadpool_postgres;
 pub use tokio_postgres;
 
-mod connect;
+pub(crate) mod connect;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
 /// Advisory lock key held while migrating ("onus" in ASCII).
@@ -268,20 +267,12 @@ impl PostgresStore {
     }
 }
 
-/// Inserts one job through `client`, which may be the caller's own open transaction: the job
-/// commits with the caller's writes or not at all (the outbox). Idle workers are notified when
-/// the transaction commits.
-///
-/// ```no_run
-/// # async fn demo(client: &onus::Client, db: &mut onus::postgres::tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
-/// let tx = db.transaction().await?;
-/// tx.execute("INSERT INTO orders (id, total) VALUES ($1, $2)", &[&42i64, &1999i64]).await?;
-/// let row = client.prepare(onus::NewJob::new("receipt.send", serde_json::json!({"order": 42})))?;
-/// onus::postgres::insert_tx(&tx, row).await?;
-/// tx.commit().await?; // the order and its job, or neither
-/// # Ok(()) }
-/// ```
-pub async fn insert_tx(client: &impl GenericClient, row: InsertRow) -> StoreResult<Inserted> {
+/// Inserts one job through `client`, which may be the caller's own open transaction
+/// ([`crate::db::PgTx`]). Idle workers are notified when the transaction commits.
+pub(crate) async fn insert_tx(
+    client: &impl GenericClient,
+    row: InsertRow,
+) -> StoreResult<Inserted> {
     let out = insert_rows(client, &[row]).await?;
     out.into_iter()
         .next()

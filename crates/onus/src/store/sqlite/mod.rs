@@ -461,19 +461,8 @@ fn get_job(conn: &Connection, id: JobId) -> StoreResult<Option<Job>> {
         .map_err(q)
 }
 
-/// Inserts one job on `conn`, which the caller holds in an open transaction: the job commits with
-/// the caller's own writes or not at all (the outbox).
-///
-/// ```no_run
-/// # fn demo(conn: &mut onus::sqlite::rusqlite::Connection, client: &onus::Client) -> Result<(), Box<dyn std::error::Error>> {
-/// let tx = conn.transaction()?;
-/// tx.execute("INSERT INTO orders (id, total) VALUES (?1, ?2)", (42, 1999))?;
-/// let row = client.prepare(onus::NewJob::new("receipt.send", serde_json::json!({"order": 42})))?;
-/// onus::sqlite::insert_tx(&tx, row)?;
-/// tx.commit()?; // the order and its job, or neither
-/// # Ok(()) }
-/// ```
-pub fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Inserted> {
+/// Inserts one job on `conn`, inside the caller's open transaction ([`crate::db::SqliteTx`]).
+pub(crate) fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Inserted> {
     insert_one(conn, &row)
 }
 
