@@ -20,7 +20,7 @@ use ipnet::IpNet;
 pub struct Blocked {
     /// The host or address refused.
     pub target: String,
-    /// Why.
+    /// Why the address is refused (loopback, private, metadata, ...).
     pub why: &'static str,
 }
 

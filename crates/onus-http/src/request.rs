@@ -22,9 +22,9 @@ pub const SNOOZE_CAP: Duration = Duration::from_secs(10 * 3600);
 pub struct HttpRequestArgs {
     /// `GET`, `POST`, `PUT`, `DELETE`, ...
     pub method: String,
-    /// The URL.
+    /// The `http://` or `https://` URL to call (checked by the SSRF guard).
     pub url: String,
-    /// Headers.
+    /// Request headers, by name.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, String>,
     /// A body: a JSON string is sent as text, any other JSON value as `application/json`.

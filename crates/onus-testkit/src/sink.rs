@@ -13,13 +13,13 @@ use axum::response::{IntoResponse, Response};
 /// One request the sink received.
 #[derive(Debug, Clone)]
 pub struct Received {
-    /// Method.
+    /// The request method (`POST`, ...).
     pub method: String,
     /// Path and query.
     pub path: String,
     /// Headers, lower-case names.
     pub headers: Vec<(String, String)>,
-    /// Body.
+    /// The request body as received.
     pub body: Vec<u8>,
     /// How many requests were in flight at the sink, this one included.
     pub in_flight: usize,
@@ -38,11 +38,11 @@ impl Received {
 /// What the sink answers.
 #[derive(Debug, Clone)]
 pub struct Reply {
-    /// Status.
+    /// The status code to answer.
     pub status: u16,
     /// Extra headers.
     pub headers: Vec<(String, String)>,
-    /// Body.
+    /// The body to answer with.
     pub body: String,
     /// Time to wait before answering (a slow endpoint).
     pub delay: Duration,

@@ -169,7 +169,7 @@ pub enum AttemptEnd {
 /// The state change the store writes for one finished attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transition {
-    /// Success.
+    /// The attempt succeeded: the job is completed.
     Complete,
     /// Retryable failure: wait out the backoff.
     Retry {
@@ -187,7 +187,7 @@ pub enum Transition {
     },
     /// Discard, with or without an alert.
     Discard {
-        /// Why.
+        /// Why it was discarded.
         reason: DiscardReason,
         /// The history entry.
         entry: HistoryEntry,

@@ -17,13 +17,13 @@ pub enum Value {
     Int(i64),
     /// A floating-point number.
     Float(f64),
-    /// Text.
+    /// Text (UTF-8).
     Text(String),
     /// An instant (`timestamptz` on PostgreSQL, Unix microseconds on SQLite).
     Time(Timestamp),
     /// JSON (`jsonb` on PostgreSQL, text on SQLite).
     Json(serde_json::Value),
-    /// Bytes.
+    /// Bytes that are not text.
     Bytes(Vec<u8>),
 }
 

@@ -119,25 +119,25 @@ pub enum Notice {
 /// A job ready to write: every default resolved by the client.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InsertRow {
-    /// Kind.
+    /// The job kind, which names its handler and policy.
     pub kind: String,
-    /// Queue.
+    /// The queue it waits in.
     pub queue: String,
-    /// Args as JSON.
+    /// The handler's input, as JSON.
     pub args: serde_json::Value,
-    /// Priority.
+    /// Lower runs first among jobs due at once.
     pub priority: i16,
-    /// `available` or `scheduled`.
+    /// `available` (due now) or `scheduled` (due at `run_at`).
     pub state: JobState,
-    /// Attempts allowed.
+    /// How many attempts its policy allows.
     pub max_attempts: u32,
-    /// When it runs.
+    /// When it is due.
     pub run_at: Timestamp,
-    /// Insertion time.
+    /// When it was inserted.
     pub created_at: Timestamp,
-    /// Unique key.
+    /// While an unfinished job of the same kind holds this key, inserting another returns it.
     pub unique_key: Option<String>,
-    /// Lease key.
+    /// The lease key it holds while it runs (at most the kind's slots run per key).
     pub lease_key: Option<String>,
 }
 
@@ -245,19 +245,19 @@ pub struct DatabaseTime {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobFilter {
-    /// Ids.
+    /// Only these jobs.
     #[serde(default)]
     pub ids: Vec<JobId>,
-    /// States.
+    /// Only jobs in one of these states.
     #[serde(default)]
     pub states: Vec<JobState>,
-    /// Kinds.
+    /// Only jobs of one of these kinds.
     #[serde(default)]
     pub kinds: Vec<String>,
-    /// Queues.
+    /// Only jobs in one of these queues.
     #[serde(default)]
     pub queues: Vec<String>,
-    /// Lease keys held.
+    /// Only jobs holding one of these lease keys.
     #[serde(default)]
     pub lease_keys: Vec<String>,
     /// Finished at or after this time.
@@ -429,13 +429,13 @@ pub struct PeriodicRow {
 /// An alert raised by an exhausted job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
-    /// Id.
+    /// The alert's own id (to acknowledge it by).
     pub id: i64,
-    /// The job.
+    /// The job that was exhausted.
     pub job_id: JobId,
-    /// Its kind.
+    /// That job's kind.
     pub kind: String,
-    /// The last error.
+    /// The job's last error.
     pub message: String,
     /// When it was raised.
     pub created_at: Timestamp,
@@ -446,13 +446,13 @@ pub struct Alert {
 /// How many jobs stand in each (state, kind, queue).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CountRow {
-    /// State.
+    /// The state counted.
     pub state: JobState,
-    /// Kind.
+    /// The kind counted.
     pub kind: String,
-    /// Queue.
+    /// The queue counted.
     pub queue: String,
-    /// Number of jobs.
+    /// How many jobs are in that state, kind and queue.
     pub count: u64,
 }
 
