@@ -168,7 +168,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 .unwrap_or_else(|| config::DEFAULT_LISTEN.into());
             crate::serve::serve(file, path, url, listen, !no_migrate).await
         }
-        Command::Migrate { status, json } => migrate(&url, status, json).await,
+        Command::Migrate { status, json } => migrate(&file, &url, status, json).await,
         Command::Policy(PolicyCommand::Show { name, json }) => {
             let (policy, origin) = policy_named(&file, &name)?;
             if json {
@@ -209,13 +209,15 @@ pub async fn run(cli: Cli) -> Result<(), String> {
 }
 
 /// `onus migrate [--status]`.
-async fn migrate(url: &str, status: bool, json: bool) -> Result<(), String> {
+async fn migrate(file: &FileConfig, url: &str, status: bool, json: bool) -> Result<(), String> {
     let store = onus::open_with(url, false)
         .await
         .map_err(|e| e.to_string())?;
-    let lines = crate::serve::LINES;
+    // The lines of the job layer and of every component the server runs.
+    let (onus, _) = crate::serve::runtime(store.clone(), file)?;
+    let lines = onus.migrations();
     if status {
-        let st = store.migrations(lines).await.map_err(|e| e.to_string())?;
+        let st = store.migrations(&lines).await.map_err(|e| e.to_string())?;
         if json {
             for l in &st {
                 println!("{}", serde_json::to_string(l).map_err(|e| e.to_string())?);
@@ -225,7 +227,7 @@ async fn migrate(url: &str, status: bool, json: bool) -> Result<(), String> {
         }
         return Ok(());
     }
-    let applied = store.migrate(lines).await.map_err(|e| e.to_string())?;
+    let applied = onus.migrate().await.map_err(|e| e.to_string())?;
     if json {
         for a in &applied {
             println!("{}", serde_json::to_string(a).map_err(|e| e.to_string())?);

@@ -16,35 +16,15 @@ use crate::config::FileConfig;
 /// How long running jobs get to finish at shutdown before they are handed back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// The migration lines of the tables the server keeps, after the job layer's.
-pub const LINES: &[&onus::db::Line] = &[&onus_webhooks::MIGRATIONS];
-
 /// Builds the runtime the configuration describes: the built-in kinds (`http.request`,
-/// `webhook.fanout`, `webhook.deliver`), policy overrides, queues and retention. With `migrate`,
-/// applies pending migrations first; without, refuses a database that needs them.
-pub async fn runtime(
+/// `webhook.fanout`, `webhook.deliver`), policy overrides, queues and retention. Touches no
+/// database: migrate with [`Onus::migrate`] (or check with [`Onus::check_migrations`]).
+pub fn runtime(
     store: Arc<dyn Store>,
     file: &FileConfig,
-    migrate: bool,
 ) -> Result<(Onus, onus_webhooks::Webhooks), String> {
     let webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
     let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
-    if migrate {
-        store.migrate(LINES).await.map_err(|e| e.to_string())?;
-    } else {
-        let status = store.migrations(LINES).await.map_err(|e| e.to_string())?;
-        let behind: Vec<String> = status
-            .iter()
-            .filter(|l| !l.is_current())
-            .map(|l| format!("{} {} -> {}", l.line, l.version, l.latest))
-            .collect();
-        if !behind.is_empty() {
-            return Err(format!(
-                "the database needs migrations ({}); run `onus migrate`, or start without --no-migrate",
-                behind.join(", ")
-            ));
-        }
-    }
     let hooks =
         onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
     let http = Arc::new(onus_http::HttpClient::new(&http_cfg).map_err(|e| e.to_string())?);
@@ -125,7 +105,14 @@ pub async fn serve(
     let store = onus::open_with(&url, migrate)
         .await
         .map_err(|e| e.to_string())?;
-    let (onus, _webhooks) = runtime(store.clone(), &file, migrate).await?;
+    let (onus, _webhooks) = runtime(store.clone(), &file)?;
+    if migrate {
+        for a in onus.migrate().await.map_err(|e| e.to_string())? {
+            tracing::info!(line = %a.line, version = a.version, file = %a.name, "migration applied");
+        }
+    } else {
+        onus.check_migrations().await.map_err(|e| e.to_string())?;
+    }
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
         format!(
             "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen"

@@ -44,6 +44,7 @@ fn every_command_has_help() {
         vec!["policy", "show", "--help"],
         vec!["periodic", "--help"],
         vec!["periodic", "list", "--help"],
+        vec!["migrate", "--help"],
     ] {
         let o = onus(dir.path(), &cmd);
         assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
@@ -52,6 +53,67 @@ fn every_command_has_help() {
             "{cmd:?}: {}",
             stdout(&o)
         );
+    }
+}
+
+#[test]
+fn migrate_applies_every_line_and_status_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A database with no tables yet: --status lists every line at version 0 and creates nothing.
+    let o = onus(dir.path(), &["migrate", "--status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("LINE"), "{out}");
+    assert!(
+        out.contains("jobs") && out.contains("001_jobs.sql"),
+        "{out}"
+    );
+    assert!(
+        out.contains("webhooks") && out.contains("001_tables.sql"),
+        "{out}"
+    );
+    let conn = onus::sqlite::rusqlite::Connection::open(dir.path().join("onus.db")).unwrap();
+    let tables: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "--status wrote nothing");
+    drop(conn);
+    // serve --no-migrate refuses a database that needs migrations, saying what to run.
+    let o = onus(
+        dir.path(),
+        &["serve", "--no-migrate", "--listen", "127.0.0.1:0"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("onus migrate"), "{}", stderr(&o));
+    // migrate applies every line, once.
+    let o = onus(dir.path(), &["migrate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("applied jobs 1 (001_jobs.sql)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("applied webhooks 1 (001_tables.sql)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = onus(dir.path(), &["migrate"]);
+    assert!(stdout(&o).contains("nothing to apply"), "{}", stdout(&o));
+    let o = onus(dir.path(), &["migrate", "--status", "--json"]);
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert_eq!(l["version"], l["latest"], "{l}");
+        assert_eq!(l["pending"], json!([]), "{l}");
+        assert!(l["applied_at"].is_string(), "{l}");
     }
 }
 

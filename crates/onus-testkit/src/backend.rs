@@ -72,8 +72,44 @@ impl TestDb {
 /// async fn inserts_survive(backend: onus_testkit::Backend) { /* ... */ }
 /// onus_testkit::both!(inserts_survive);
 /// ```
+///
+/// A suite whose tests take a world of their own lists them by module, with the function that
+/// makes the world from a backend: each `module::name(world)` becomes the tests
+/// `sqlite::module::name` and `postgres::module::name`.
+///
+/// ```text
+/// onus_testkit::both!(setup = crate::harness::Env::new; jobs: [insert_and_complete], limits: [...]);
+/// ```
 #[macro_export]
 macro_rules! both {
+    (setup = $setup:path; $($module:ident: [$($name:ident),* $(,)?]),* $(,)?) => {
+        mod sqlite {
+            $(
+                mod $module {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            let world = $setup($crate::Backend::Sqlite).await;
+                            super::super::$module::$name(world).await
+                        }
+                    )*
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                mod $module {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            let world = $setup($crate::Backend::Postgres).await;
+                            super::super::$module::$name(world).await
+                        }
+                    )*
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(

@@ -9,12 +9,8 @@ use crate::ids::AttemptId;
 use crate::model::{DeliverArgs, DeliveryAttempt, Endpoint, Event, Outcome};
 use crate::{sql, Error, Webhooks};
 
-/// The header carrying the event id, the same on every attempt (consumers de-duplicate on it).
-pub const WEBHOOK_ID: &str = "webhook-id";
-/// The header carrying the time of this attempt, in Unix seconds.
-pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
-/// The header carrying one signature per active secret.
-pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
+pub use crate::signing::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+
 /// The body's content type.
 pub const CONTENT_TYPE: &str = "content-type";
 

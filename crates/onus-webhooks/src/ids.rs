@@ -71,8 +71,8 @@ macro_rules! id {
         }
 
         impl FromValue for $name {
-            fn from_value(v: &Value) -> Result<Self, String> {
-                String::from_value(v).map($name)
+            fn from_value(v: &Value, backend: onus::db::Backend) -> Result<Self, String> {
+                String::from_value(v, backend).map($name)
             }
         }
     };

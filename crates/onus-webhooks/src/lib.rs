@@ -86,19 +86,11 @@ impl Default for WebhookConfig {
     }
 }
 
-/// An event and its fan-out job, ready to write inside the caller's own transaction with
-/// [`Webhooks::publish_in`].
+/// An event and its fan-out job, checked and ready to write.
 #[derive(Debug, Clone)]
-pub struct Publish {
+struct Publish {
     event: sql::EventRow,
     fanout: onus::store::InsertRow,
-}
-
-impl Publish {
-    /// The event's id (`webhook-id`).
-    pub fn event_id(&self) -> &EventId {
-        &self.event.id
-    }
 }
 
 /// The lease key every delivery to an endpoint holds: one in flight per endpoint.
@@ -369,23 +361,31 @@ impl Webhooks {
         let id = p.event.id.clone();
         self.inner
             .db
-            .tx(move |tx| Box::pin(Self::publish_in(tx, p)))
+            .tx(move |tx| Box::pin(write_publish(tx, p)))
             .await?;
         self.client()?.notify_inserted(onus::DEFAULT_QUEUE);
         self.event(&id).await
     }
 
-    /// Writes a prepared event and its fan-out in `tx`, the caller's own open transaction (an
-    /// [`onus::db::SqliteTx`] or [`onus::db::PgTx`]): they commit with the caller's writes or not
-    /// at all. Returns the event's id. On SQLite, call `client.notify_inserted("default")` after
-    /// the commit to wake local workers at once; on PostgreSQL they are notified by the commit.
-    pub async fn publish_in<T: Tx + ?Sized>(tx: &T, p: Publish) -> Result<EventId, Error> {
-        sql::insert_event(tx, &p.event, p.fanout).await?;
-        Ok(p.event.id)
+    /// Publishes an event inside `tx`, the caller's own open transaction (an
+    /// [`onus::db::SqliteTx`] or [`onus::db::PgTx`]; the same call on both backends): the event
+    /// and its fan-out commit with the caller's writes or not at all. Returns the event's id. On
+    /// SQLite the call completes at once (synchronous code wraps it in [`onus::db::ready`]); call
+    /// `client.notify_inserted("default")` after the commit to wake local workers at once. On
+    /// PostgreSQL workers are notified by the commit.
+    pub async fn publish_in<T: Tx + ?Sized>(
+        &self,
+        tx: &T,
+        event_type: &str,
+        payload: serde_json::Value,
+        id: Option<String>,
+    ) -> Result<EventId, Error> {
+        let p = self.prepare_publish(event_type, payload, id)?;
+        write_publish(tx, p).await
     }
 
-    /// Checks an event and prepares it to publish with [`Webhooks::publish_in`].
-    pub fn prepare_publish(
+    /// Checks an event and prepares its rows.
+    fn prepare_publish(
         &self,
         event_type: &str,
         payload: serde_json::Value,
@@ -476,6 +476,12 @@ impl Webhooks {
             None => Err(JobError::discard(format!("event {id} was pruned"))),
         }
     }
+}
+
+/// Writes a checked event and, when it is new, its fan-out job.
+async fn write_publish<T: Tx + ?Sized>(tx: &T, p: Publish) -> Result<EventId, Error> {
+    sql::insert_event(tx, &p.event, p.fanout).await?;
+    Ok(p.event.id)
 }
 
 fn endpoint_url(url: &str) -> Result<String, Error> {

@@ -175,8 +175,8 @@ impl From<Outcome> for Value {
 }
 
 impl FromValue for Outcome {
-    fn from_value(v: &Value) -> Result<Self, String> {
-        let s = String::from_value(v)?;
+    fn from_value(v: &Value, backend: onus::db::Backend) -> Result<Self, String> {
+        let s = String::from_value(v, backend)?;
         [
             Outcome::Success,
             Outcome::Retryable,

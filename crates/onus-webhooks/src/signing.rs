@@ -15,6 +15,13 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use subtle::ConstantTimeEq;
 
+/// The header carrying the event id, the same on every attempt (consumers de-duplicate on it).
+pub const WEBHOOK_ID: &str = "webhook-id";
+/// The header carrying the time of the attempt, in Unix seconds.
+pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
+/// The header carrying one signature per active secret.
+pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
+
 /// How far a consumer accepts a timestamp from its own clock (the spec's 5 minutes).
 pub const TOLERANCE_SECS: i64 = 300;
 
@@ -107,8 +114,8 @@ pub fn verify(
             .map(|(_, v)| v.as_str())
             .ok_or(SignError::MissingHeader(name))
     };
-    let id = get("webhook-id")?;
-    let ts: i64 = get("webhook-timestamp")?
+    let id = get(WEBHOOK_ID)?;
+    let ts: i64 = get(WEBHOOK_TIMESTAMP)?
         .trim()
         .parse()
         .map_err(|_| SignError::BadTimestamp)?;
@@ -117,7 +124,7 @@ pub fn verify(
     }
     let expected = sign_one(secret, id, ts, body)?;
     let expected = expected.strip_prefix("v1,").unwrap_or(&expected);
-    for sig in get("webhook-signature")?.split_whitespace() {
+    for sig in get(WEBHOOK_SIGNATURE)?.split_whitespace() {
         let Some(given) = sig.strip_prefix("v1,") else {
             continue;
         };

@@ -140,8 +140,8 @@ pub(crate) async fn insert_endpoint<T: Tx + ?Sized>(
             e.id.into(),
             e.url.into(),
             e.description.into(),
-            Value::json(&e.event_types),
-            Value::json(&[e.secret]),
+            Value::json(&e.event_types)?,
+            Value::json(&[e.secret])?,
             e.now.into(),
         ],
     )
@@ -154,8 +154,11 @@ pub(crate) async fn set_secrets<T: Tx + ?Sized>(
     secrets: &[String],
     now: Timestamp,
 ) -> StoreResult<u64> {
-    tx.execute(&SET_SECRETS, &[Value::json(secrets), now.into(), id.into()])
-        .await
+    tx.execute(
+        &SET_SECRETS,
+        &[Value::json(secrets)?, now.into(), id.into()],
+    )
+    .await
 }
 
 pub(crate) fn disable_params(id: &EndpointId, reason: &str, now: Timestamp) -> Vec<Value> {

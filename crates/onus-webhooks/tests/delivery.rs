@@ -657,26 +657,30 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         let tx = conn.transaction().unwrap();
         tx.execute("INSERT INTO orders (id) VALUES (1)", ())
             .unwrap();
-        let a = Webhooks::publish_in(
-            &onus::db::SqliteTx::new(&tx),
-            w.hooks
-                .prepare_publish("order.created", json!({"id": 1}), None)
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        let a = w
+            .hooks
+            .publish_in(
+                &onus::db::SqliteTx::new(&tx),
+                "order.created",
+                json!({"id": 1}),
+                None,
+            )
+            .await
+            .unwrap();
         tx.rollback().unwrap();
         let tx = conn.transaction().unwrap();
         tx.execute("INSERT INTO orders (id) VALUES (2)", ())
             .unwrap();
-        let b = Webhooks::publish_in(
-            &onus::db::SqliteTx::new(&tx),
-            w.hooks
-                .prepare_publish("order.created", json!({"id": 2}), None)
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        let b = w
+            .hooks
+            .publish_in(
+                &onus::db::SqliteTx::new(&tx),
+                "order.created",
+                json!({"id": 2}),
+                None,
+            )
+            .await
+            .unwrap();
         tx.commit().unwrap();
         w.client.notify_inserted("default");
         (a, b)
@@ -692,27 +696,31 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         tx.execute("INSERT INTO orders VALUES (1)", &[])
             .await
             .unwrap();
-        let a = Webhooks::publish_in(
-            &onus::db::PgTx::new(&tx),
-            w.hooks
-                .prepare_publish("order.created", json!({"id": 1}), None)
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        let a = w
+            .hooks
+            .publish_in(
+                &onus::db::PgTx::new(&tx),
+                "order.created",
+                json!({"id": 1}),
+                None,
+            )
+            .await
+            .unwrap();
         tx.rollback().await.unwrap();
         let tx = db.transaction().await.unwrap();
         tx.execute("INSERT INTO orders VALUES (2)", &[])
             .await
             .unwrap();
-        let b = Webhooks::publish_in(
-            &onus::db::PgTx::new(&tx),
-            w.hooks
-                .prepare_publish("order.created", json!({"id": 2}), None)
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        let b = w
+            .hooks
+            .publish_in(
+                &onus::db::PgTx::new(&tx),
+                "order.created",
+                json!({"id": 2}),
+                None,
+            )
+            .await
+            .unwrap();
         tx.commit().await.unwrap();
         (a, b)
     };

@@ -30,27 +30,8 @@ mod state_machine;
 #[path = "conformance/timelines.rs"]
 mod timelines;
 
-macro_rules! conformance {
-    ($backend:ident => $variant:ident { $($module:ident: [$($test:ident),* $(,)?]),* $(,)? }) => {
-        mod $backend {
-            $(
-                mod $module {
-                    $(
-                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                        async fn $test() {
-                            let env = crate::harness::Env::new(crate::harness::Backend::$variant).await;
-                            crate::$module::$test(env).await;
-                        }
-                    )*
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! suite {
-    ($backend:ident => $variant:ident) => {
-        conformance!($backend => $variant {
+onus_testkit::both!(
+    setup = crate::harness::Env::new;
             jobs: [
                 insert_and_complete,
                 args_that_fail_to_decode_are_discarded_naming_the_field,
@@ -122,12 +103,7 @@ macro_rules! suite {
                 regression_a_clock_ahead_never_rescues_healthy_jobs,
                 regression_an_outcome_that_keeps_timing_out_is_given_up,
             ],
-        });
-    };
-}
-
-suite!(sqlite => Sqlite);
-suite!(postgres => Postgres);
+);
 
 /// Not a test of its own: the child process of `durability::sigkill_loses_no_job` (the test binary
 /// runs itself with `ONUS_CHILD_URL` set). Without that variable it returns at once.

@@ -88,7 +88,8 @@ impl Line {
     }
 }
 
-/// Where one line stands in a database.
+/// Where one line stands in a database (a version recorded before `onus_migrations` existed
+/// shows no time applied).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LineStatus {
     /// The line.
@@ -105,28 +106,29 @@ pub struct LineStatus {
 
 impl LineStatus {
     /// Where `line` stands given its newest applied version.
-    pub fn of(
-        line: &Line,
-        backend: Backend,
-        version: u32,
-        applied_at: Option<Timestamp>,
-    ) -> StoreResult<Self> {
-        Ok(LineStatus {
+    pub fn of(line: &Line, backend: Backend, version: u32, applied_at: Option<Timestamp>) -> Self {
+        let all = line.migrations(backend);
+        LineStatus {
             line: line.name.to_string(),
             version,
-            latest: line.latest(backend),
+            latest: all.len() as u32,
             applied_at,
-            pending: line
-                .pending(backend, version)?
+            pending: all
                 .iter()
+                .skip(version as usize)
                 .map(|m| m.name.to_string())
                 .collect(),
-        })
+        }
     }
 
-    /// True when nothing is pending.
+    /// True when the database is at the newest version this build knows.
     pub fn is_current(&self) -> bool {
-        self.pending.is_empty()
+        self.version == self.latest
+    }
+
+    /// True when the database is newer than this build: upgrade Onus.
+    pub fn is_ahead(&self) -> bool {
+        self.version > self.latest
     }
 }
 
@@ -141,12 +143,14 @@ pub struct Applied {
     pub name: String,
 }
 
-/// The error for a migration that failed: its line, number and file, and the database's word.
-pub(crate) fn failed(line: &Line, m: &Migration, why: impl std::fmt::Display) -> StoreError {
-    StoreError::Open(format!(
-        "migration {} {} ({}) failed: {why}",
-        line.name, m.version, m.name
-    ))
+/// The error for a migration that failed: its line, number and file, and the database's word;
+/// still [`StoreError::Unavailable`] when the database could not be reached.
+pub(crate) fn failed(line: &Line, m: &Migration, why: StoreError) -> StoreError {
+    let what = format!("migration {} {} ({}) failed", line.name, m.version, m.name);
+    match why {
+        StoreError::Unavailable(e) => StoreError::Unavailable(format!("{what}: {e}")),
+        e => StoreError::Open(format!("{what}: {e}")),
+    }
 }
 
 /// The job layer's line followed by `lines`, without duplicates.

@@ -82,14 +82,21 @@ impl Sql {
 /// One row of a result, decoded column by column with [`Row::get`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    backend: Backend,
     table: &'static str,
     columns: Arc<[String]>,
     values: Vec<Value>,
 }
 
 impl Row {
-    pub(crate) fn new(table: &'static str, columns: Arc<[String]>, values: Vec<Value>) -> Self {
+    pub(crate) fn new(
+        backend: Backend,
+        table: &'static str,
+        columns: Arc<[String]>,
+        values: Vec<Value>,
+    ) -> Self {
         Row {
+            backend,
             table,
             columns,
             values,
@@ -103,7 +110,7 @@ impl Row {
         let Some(v) = at.and_then(|i| self.values.get(i)) else {
             return Err(self.decode(column, "the column is missing from the result".into()));
         };
-        T::from_value(v).map_err(|problem| self.decode(column, problem))
+        T::from_value(v, self.backend).map_err(|problem| self.decode(column, problem))
     }
 
     /// The raw value of `column`, if the result has it.

@@ -18,99 +18,115 @@ const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
     PRIMARY KEY (line, version)
 )";
 
-/// The newest version recorded per line, creating the record table (and adopting the records
-/// kept before it) if needed. Runs inside the caller's write transaction.
-fn applied_versions(conn: &Connection) -> StoreResult<HashMap<String, (u32, Option<i64>)>> {
-    conn.execute_batch(MIGRATIONS_TABLE).map_err(q)?;
-    let now = us(chrono::Utc::now());
-    let none: bool = conn
-        .query_row(
-            "SELECT NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'jobs')",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(q)?;
-    if none {
-        let legacy: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(q)?;
-        for v in 1..=legacy.clamp(0, i64::from(u16::MAX)) {
-            let name = crate::db::JOBS
-                .sqlite
-                .get(v as usize - 1)
-                .map_or("(recorded before onus_migrations)", |m| m.name);
-            conn.execute(
-                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ('jobs', ?1, ?2, ?3)",
-                params![v, name, now],
+type Recorded = HashMap<String, (u32, Option<i64>)>;
+
+fn table_exists(conn: &Connection, name: &str) -> StoreResult<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+        [name],
+        |r| r.get(0),
+    )
+    .map_err(q)
+}
+
+/// The newest version of each line, read without writing: from `onus_migrations`, and for a line
+/// it does not record yet, from where the schema kept it before (`PRAGMA user_version` beside the
+/// job tables; the table `onus_webhooks_schema`), with no time applied.
+fn recorded(conn: &Connection) -> StoreResult<Recorded> {
+    let mut out = Recorded::new();
+    if table_exists(conn, "onus_migrations")? {
+        let mut stmt = conn
+            .prepare(
+                "SELECT line, MAX(version), MAX(applied_at) FROM onus_migrations GROUP BY line",
             )
             .map_err(q)?;
-        }
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))
+            .map_err(q)?;
+        out = rows.collect::<rusqlite::Result<_>>().map_err(q)?;
     }
-    let legacy_webhooks: bool = conn
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)
-             AND NOT EXISTS (SELECT 1 FROM onus_migrations WHERE line = 'webhooks')",
-            [crate::db::migrate::LEGACY_WEBHOOKS_TABLE],
-            |r| r.get(0),
-        )
-        .map_err(q)?;
-    if legacy_webhooks {
-        conn.execute(
-            &format!(
-                "INSERT INTO onus_migrations (line, version, name, applied_at)
-                 SELECT DISTINCT 'webhooks', version, '(recorded before onus_migrations)', ?1 FROM {}",
-                crate::db::migrate::LEGACY_WEBHOOKS_TABLE
-            ),
-            [now],
-        )
-        .map_err(q)?;
+    if !out.contains_key("jobs") && table_exists(conn, "onus_jobs")? {
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(q)?;
+        let v = u32::try_from(v).map_err(|_| {
+            StoreError::Open(format!(
+                "the database's user_version {v} is not an Onus schema version"
+            ))
+        })?;
+        out.insert("jobs".into(), (v, None));
     }
-    let mut stmt = conn
-        .prepare("SELECT line, MAX(version), MAX(applied_at) FROM onus_migrations GROUP BY line")
-        .map_err(q)?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))
-        .map_err(q)?;
-    rows.collect::<rusqlite::Result<_>>().map_err(q)
+    let legacy = crate::db::migrate::LEGACY_WEBHOOKS_TABLE;
+    if !out.contains_key("webhooks") && table_exists(conn, legacy)? {
+        let v: Option<u32> = conn
+            .query_row(&format!("SELECT MAX(version) FROM {legacy}"), [], |r| {
+                r.get(0)
+            })
+            .map_err(q)?;
+        out.insert("webhooks".into(), (v.unwrap_or(0), None));
+    }
+    Ok(out)
+}
+
+fn record(conn: &Connection, line: &str, version: u32, name: &str) -> StoreResult<()> {
+    conn.execute(
+        "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)",
+        params![line, version, name, us(chrono::Utc::now())],
+    )
+    .map_err(q)?;
+    Ok(())
 }
 
 /// Applies the pending migrations of `lines` inside the caller's write transaction (which holds
-/// SQLite's write lock, so no other process migrates at the same time).
+/// SQLite's write lock, so no other process migrates at the same time). Versions kept before
+/// `onus_migrations` existed are recorded there first; the job tables' version is also kept in
+/// `PRAGMA user_version`, where an earlier Onus looks for it (and refuses a newer schema).
 pub(crate) fn apply_lines(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
-    let have = applied_versions(conn)?;
+    let had = recorded(conn)?;
+    conn.execute_batch(MIGRATIONS_TABLE).map_err(q)?;
     let mut out = Vec::new();
     for line in crate::db::migrate::with_jobs(lines) {
-        let version = have.get(line.name).map_or(0, |(v, _)| *v);
+        let (version, at) = had.get(line.name).copied().unwrap_or((0, None));
+        if at.is_none() {
+            // Adopted from the earlier record.
+            for m in line.sqlite.iter().take(version as usize) {
+                record(conn, line.name, m.version, m.name)?;
+            }
+        }
         for m in line.pending(crate::db::Backend::Sqlite, version)? {
             conn.execute_batch(m.sql)
-                .map_err(|e| crate::db::migrate::failed(line, m, e))?;
-            conn.execute(
-                "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)",
-                params![line.name, m.version, m.name, us(chrono::Utc::now())],
-            )
-            .map_err(q)?;
+                .map_err(|e| crate::db::migrate::failed(line, m, q(e)))?;
+            record(conn, line.name, m.version, m.name)?;
             out.push(Applied {
                 line: line.name.to_string(),
                 version: m.version,
                 name: m.name.to_string(),
             });
         }
+        if line.name == crate::db::JOBS.name {
+            conn.execute_batch(&format!(
+                "PRAGMA user_version = {}",
+                line.latest(crate::db::Backend::Sqlite)
+            ))
+            .map_err(q)?;
+        }
     }
     Ok(out)
 }
 
+/// Where each line stands, read without writing anything.
 pub(crate) fn line_status(
     conn: &Connection,
     lines: &[&'static Line],
 ) -> StoreResult<Vec<LineStatus>> {
-    let have = applied_versions(conn)?;
-    crate::db::migrate::with_jobs(lines)
+    let have = recorded(conn)?;
+    Ok(crate::db::migrate::with_jobs(lines)
         .into_iter()
         .map(|line| {
             let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
             LineStatus::of(line, crate::db::Backend::Sqlite, v, ts(at))
         })
-        .collect()
+        .collect())
 }
 
 /// The rows of a component's statement on `conn`.
@@ -131,7 +147,12 @@ pub(crate) fn rows(
         for i in 0..n {
             values.push(crate::db::value::from_sqlite(r.get_ref(i).map_err(q)?));
         }
-        out.push(crate::db::Row::new(sql.table, columns.clone(), values));
+        out.push(crate::db::Row::new(
+            crate::db::Backend::Sqlite,
+            sql.table,
+            columns.clone(),
+            values,
+        ));
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@ use chrono::DateTime;
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::{IsNull, ToSql, Type};
 
+use super::Backend;
 use crate::clock::Timestamp;
 
 /// A parameter or a column value.
@@ -41,9 +42,11 @@ impl Value {
         }
     }
 
-    /// JSON of any serializable value (a serialization failure is a bug in the caller's type).
-    pub fn json<T: serde::Serialize + ?Sized>(v: &T) -> Value {
-        Value::Json(serde_json::to_value(v).unwrap_or(serde_json::Value::Null))
+    /// JSON of any serializable value.
+    pub fn json<T: serde::Serialize + ?Sized>(v: &T) -> Result<Value, crate::StoreError> {
+        serde_json::to_value(v).map(Value::Json).map_err(|e| {
+            crate::StoreError::Query(format!("a value cannot be written as JSON: {e}"))
+        })
     }
 }
 
@@ -188,10 +191,12 @@ pub(crate) fn from_postgres(row: &tokio_postgres::Row, i: usize) -> Result<Value
     Ok(v.unwrap_or(Value::Null))
 }
 
-/// A Rust type a column decodes into. The error says what was found instead.
+/// A Rust type a column decodes into, in the type convention of the backend the value came
+/// from (a time as microseconds, a flag as 0/1 or JSON as text only on SQLite). The error says
+/// what was found instead.
 pub trait FromValue: Sized {
-    /// Decodes `v`.
-    fn from_value(v: &Value) -> Result<Self, String>;
+    /// Decodes `v`, read from `backend`.
+    fn from_value(v: &Value, backend: Backend) -> Result<Self, String>;
 }
 
 fn expected<T>(what: &str, v: &Value) -> Result<T, String> {
@@ -202,22 +207,22 @@ fn expected<T>(what: &str, v: &Value) -> Result<T, String> {
 }
 
 impl FromValue for Value {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, _: Backend) -> Result<Self, String> {
         Ok(v.clone())
     }
 }
 
 impl<T: FromValue> FromValue for Option<T> {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
         match v {
             Value::Null => Ok(None),
-            v => T::from_value(v).map(Some),
+            v => T::from_value(v, backend).map(Some),
         }
     }
 }
 
 impl FromValue for String {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, _: Backend) -> Result<Self, String> {
         match v {
             Value::Text(s) => Ok(s.clone()),
             v => expected("text", v),
@@ -226,7 +231,7 @@ impl FromValue for String {
 }
 
 impl FromValue for i64 {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, _: Backend) -> Result<Self, String> {
         match v {
             Value::Int(i) => Ok(*i),
             v => expected("an integer", v),
@@ -237,8 +242,8 @@ impl FromValue for i64 {
 macro_rules! int {
     ($($t:ty),*) => {$(
         impl FromValue for $t {
-            fn from_value(v: &Value) -> Result<Self, String> {
-                let i = i64::from_value(v)?;
+            fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
+                let i = i64::from_value(v, backend)?;
                 <$t>::try_from(i).map_err(|_| {
                     format!("{i} is out of range for {}", stringify!($t))
                 })
@@ -250,7 +255,7 @@ macro_rules! int {
 int!(i32, u32, u16, u64);
 
 impl FromValue for f64 {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, _: Backend) -> Result<Self, String> {
         match v {
             Value::Float(f) => Ok(*f),
             Value::Int(i) => Ok(*i as f64),
@@ -260,22 +265,24 @@ impl FromValue for f64 {
 }
 
 impl FromValue for bool {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
         match v {
             Value::Bool(b) => Ok(*b),
-            Value::Int(0) => Ok(false),
-            Value::Int(1) => Ok(true),
-            Value::Int(i) => Err(format!("expected a flag (0 or 1), found {i}")),
+            Value::Int(0) if backend == Backend::Sqlite => Ok(false),
+            Value::Int(1) if backend == Backend::Sqlite => Ok(true),
+            Value::Int(i) if backend == Backend::Sqlite => {
+                Err(format!("expected a flag (0 or 1), found {i}"))
+            }
             v => expected("a flag", v),
         }
     }
 }
 
 impl FromValue for Timestamp {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
         match v {
             Value::Time(t) => Ok(*t),
-            Value::Int(us) => DateTime::from_timestamp_micros(*us)
+            Value::Int(us) if backend == Backend::Sqlite => DateTime::from_timestamp_micros(*us)
                 .ok_or_else(|| format!("{us} microseconds is out of range for a time")),
             v => expected("a time", v),
         }
@@ -283,10 +290,12 @@ impl FromValue for Timestamp {
 }
 
 impl FromValue for serde_json::Value {
-    fn from_value(v: &Value) -> Result<Self, String> {
+    fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
         match v {
             Value::Json(j) => Ok(j.clone()),
-            Value::Text(s) => serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}")),
+            Value::Text(s) if backend == Backend::Sqlite => {
+                serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
+            }
             v => expected("JSON", v),
         }
     }
@@ -297,8 +306,8 @@ impl FromValue for serde_json::Value {
 pub struct Json<T>(pub T);
 
 impl<T: DeserializeOwned> FromValue for Json<T> {
-    fn from_value(v: &Value) -> Result<Self, String> {
-        let j = serde_json::Value::from_value(v)?;
+    fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
+        let j = serde_json::Value::from_value(v, backend)?;
         serde_json::from_value(j)
             .map(Json)
             .map_err(|e| format!("JSON of the wrong shape: {e}"))
@@ -311,25 +320,38 @@ mod tests {
     use crate::db::Row;
     use std::sync::Arc;
 
-    fn row(values: Vec<Value>) -> Row {
+    fn row_on(backend: Backend, values: Vec<Value>) -> Row {
         let columns: Arc<[String]> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-        Row::new("onus_things", columns, values)
+        Row::new(backend, "onus_things", columns, values)
+    }
+
+    fn row(values: Vec<Value>) -> Row {
+        row_on(Backend::Sqlite, values)
     }
 
     #[test]
     fn each_backends_convention_decodes_to_the_same_type() {
         let t: Timestamp = "2026-03-01T00:00:00Z".parse().unwrap_or_default();
         // SQLite: microseconds, 0/1, JSON text; PostgreSQL: native values.
-        let sqlite = row(vec![
+        let micros = vec![
             Value::Int(t.timestamp_micros()),
             Value::Int(1),
             Value::Text("[\"x\"]".into()),
-        ]);
-        let pg = row(vec![
-            Value::Time(t),
-            Value::Bool(true),
-            Value::Json(serde_json::json!(["x"])),
-        ]);
+        ];
+        let sqlite = row_on(Backend::Sqlite, micros.clone());
+        // The SQLite convention read from PostgreSQL is a table left unmigrated: an error.
+        let wrong = row_on(Backend::Postgres, micros);
+        assert!(wrong.get::<Timestamp>("a").is_err());
+        assert!(wrong.get::<bool>("b").is_err());
+        assert!(wrong.get::<serde_json::Value>("c").is_err());
+        let pg = row_on(
+            Backend::Postgres,
+            vec![
+                Value::Time(t),
+                Value::Bool(true),
+                Value::Json(serde_json::json!(["x"])),
+            ],
+        );
         for r in [sqlite, pg] {
             assert_eq!(r.get::<Timestamp>("a").ok(), Some(t));
             assert_eq!(r.get::<bool>("b").ok(), Some(true));

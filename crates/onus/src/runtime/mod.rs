@@ -445,6 +445,37 @@ impl Onus {
         crate::db::migrate::with_jobs(&self.shared.lines)
     }
 
+    /// Applies the pending migrations of the job layer and of every registered component, under
+    /// one lock; returns what it applied.
+    pub async fn migrate(&self) -> Result<Vec<crate::db::Applied>, crate::StoreError> {
+        self.shared.store.migrate(&self.migrations()).await
+    }
+
+    /// Refuses a database whose tables are not at the versions this build knows, saying what to
+    /// do (for processes started without migrating).
+    pub async fn check_migrations(&self) -> Result<(), crate::StoreError> {
+        let status = self.shared.store.migrations(&self.migrations()).await?;
+        if let Some(l) = status.iter().find(|l| l.is_ahead()) {
+            return Err(crate::StoreError::Open(format!(
+                "the database's {} tables are at version {}, newer than this Onus knows ({}); upgrade Onus",
+                l.line, l.version, l.latest
+            )));
+        }
+        let behind: Vec<String> = status
+            .iter()
+            .filter(|l| !l.is_current())
+            .map(|l| format!("{} {} -> {}", l.line, l.version, l.latest))
+            .collect();
+        if behind.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::StoreError::Open(format!(
+                "the database needs migrations ({}); run `onus migrate` first",
+                behind.join(", ")
+            )))
+        }
+    }
+
     /// A kind by name.
     pub fn kind(&self, name: &str) -> Option<&Kind> {
         self.shared.kinds.get(name)

@@ -73,15 +73,16 @@ impl StoreError {
         matches!(self, StoreError::Unavailable(_))
     }
 
-    /// Whose fault it is: a missing job, a conflicting state, a broken constraint or a bad URL
-    /// is the caller's; the rest is the service's.
+    /// Whose fault it is: a missing job, a conflicting state or a bad URL is the caller's; the
+    /// rest is the service's (a broken constraint too: the job layer checks what callers send, so
+    /// a write the schema refuses is a bug or a race on the service's side).
     pub fn fault(&self) -> Fault {
         match self {
-            StoreError::NotFound(_)
-            | StoreError::Conflict(_)
-            | StoreError::Constraint(_)
-            | StoreError::BadUrl(_) => Fault::Caller,
-            StoreError::Open(_)
+            StoreError::NotFound(_) | StoreError::Conflict(_) | StoreError::BadUrl(_) => {
+                Fault::Caller
+            }
+            StoreError::Constraint(_)
+            | StoreError::Open(_)
             | StoreError::Query(_)
             | StoreError::Unavailable(_)
             | StoreError::Closed
@@ -689,7 +690,25 @@ pub fn redact_url(url: &str) -> String {
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         postgres::connect::redact(url)
     } else {
-        postgres::connect::crude_redact(url)
+        crude_redact(url)
+    }
+}
+
+/// A URL with everything between `://` and `@` and the whole query hidden, for a URL that does not
+/// parse (so not even a malformed password is shown).
+pub(crate) fn crude_redact(url: &str) -> String {
+    let (base, has_query) = match url.split_once('?') {
+        Some((b, _)) => (b, true),
+        None => (url, false),
+    };
+    let base = match (base.find("://"), base.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &base[..s + 3], &base[at..]),
+        _ => base.to_string(),
+    };
+    if has_query {
+        format!("{base}?***")
+    } else {
+        base
     }
 }
 

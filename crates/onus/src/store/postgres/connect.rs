@@ -62,24 +62,6 @@ enum Check {
     Full,
 }
 
-/// A URL with everything between `://` and `@` and the whole query hidden, for a URL that does not
-/// parse (so not even a malformed password is shown).
-pub(crate) fn crude_redact(url: &str) -> String {
-    let (base, has_query) = match url.split_once('?') {
-        Some((b, _)) => (b, true),
-        None => (url, false),
-    };
-    let base = match (base.find("://"), base.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &base[..s + 3], &base[at..]),
-        _ => base.to_string(),
-    };
-    if has_query {
-        format!("{base}?***")
-    } else {
-        base
-    }
-}
-
 /// The URL as it may be shown: built from the parsed config, so no password (in the authority or
 /// in `?password=`) can appear.
 fn shown(config: &tokio_postgres::Config, sslmode: Option<&str>) -> String {
@@ -120,13 +102,13 @@ fn shown(config: &tokio_postgres::Config, sslmode: Option<&str>) -> String {
 pub(crate) fn redact(url: &str) -> String {
     match parse(url) {
         Ok(t) => t.shown,
-        Err(_) => crude_redact(url),
+        Err(_) => crate::store::crude_redact(url),
     }
 }
 
 /// Parses `url` and sets up TLS and the timeouts Onus needs (each only where the URL sets none).
 pub(crate) fn parse(url: &str) -> StoreResult<Target> {
-    let fallback = crude_redact(url);
+    let fallback = crate::store::crude_redact(url);
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, q),
         None => (url, ""),

@@ -614,34 +614,32 @@ impl Store for PostgresStore {
 
     async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()> {
         let mut client = self.client().await?;
-        // The operation need not be Send (it is written once for both backends): it runs to
-        // completion on a blocking thread, its queries driven by this runtime.
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            handle.block_on(async move {
-                let tx = client.transaction().await.map_err(q)?;
-                {
-                    let any = crate::db::AnyTx::Postgres(crate::db::PgTx::new(&tx));
-                    op(&any).await?;
+        off_task(async move |stop| {
+            let tx = client.transaction().await.map_err(q)?;
+            {
+                let any = crate::db::AnyTx::Postgres(crate::db::PgTx::new(&tx));
+                tokio::select! {
+                    r = op(&any) => r?,
+                    // The caller gave up (a timeout, a fence, shutdown): roll back, as dropping
+                    // the transaction in the caller's own task would.
+                    () = stop.cancelled() => return Err(StoreError::Aborted),
                 }
-                tx.commit().await.map_err(q)
-            })
+            }
+            tx.commit().await.map_err(q)
         })
         .await
-        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
     }
 
     async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()> {
         let client = self.client().await?;
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            handle.block_on(async move {
-                let any = crate::db::AnyTx::Postgres(crate::db::PgTx::client(&client));
-                op(&any).await
-            })
+        off_task(async move |stop| {
+            let any = crate::db::AnyTx::Postgres(crate::db::PgTx::client(&client));
+            tokio::select! {
+                r = op(&any) => r,
+                () = stop.cancelled() => Err(StoreError::Aborted),
+            }
         })
         .await
-        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
     }
 
     async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
@@ -1230,6 +1228,21 @@ impl Store for PostgresStore {
         tokio::spawn(listen_loop(self.target.clone(), tx));
         Ok(Some(rx))
     }
+}
+
+/// Runs a component's operation, which need not be `Send` (it is written once for both
+/// backends), to completion on a blocking thread, its queries driven by this runtime. If the
+/// caller stops waiting, `stop` is cancelled, so the operation ends (rolled back) instead of
+/// running on behind the caller's back.
+async fn off_task(
+    f: impl AsyncFnOnce(tokio_util::sync::CancellationToken) -> StoreResult<()> + Send + 'static,
+) -> StoreResult<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _cancel_on_drop = stop.clone().drop_guard();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || handle.block_on(f(stop)))
+        .await
+        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
 }
 
 async fn periodic_rows(

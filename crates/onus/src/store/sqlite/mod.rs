@@ -698,7 +698,7 @@ impl Store for SqliteStore {
 
     async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
         let lines = lines.to_vec();
-        self.write(move |conn| crate::db::sqlite::line_status(conn, &lines))
+        self.read(move |conn| crate::db::sqlite::line_status(conn, &lines))
             .await
     }
 
