@@ -22,7 +22,7 @@ const OWNER: &str = "suite-owner";
 struct World {
     store: Arc<dyn Store>,
     now: Timestamp,
-    _db: TestDb,
+    db: TestDb,
 }
 
 async fn world(backend: Backend) -> World {
@@ -31,7 +31,7 @@ async fn world(backend: Backend) -> World {
     World {
         store,
         now: "2026-03-01T00:00:00Z".parse().unwrap(),
-        _db: db,
+        db,
     }
 }
 
@@ -472,7 +472,36 @@ async fn migrations_are_recorded_per_line(backend: Backend) {
     assert!(w.store.migrate(&[]).await.unwrap().is_empty());
 }
 
+async fn a_corrupted_job_row_is_an_error_naming_its_column(backend: Backend) {
+    let w = world(backend).await;
+    let j = w.insert(w.row("a")).await;
+    let sql = format!(
+        "UPDATE onus_jobs SET errors = '{{\"not\": \"a list\"}}' WHERE id = {}",
+        j.id
+    );
+    match backend {
+        Backend::Sqlite => {
+            let conn = rusqlite::Connection::open(w.db.sqlite_path().unwrap()).unwrap();
+            conn.execute_batch(&sql).unwrap();
+        }
+        Backend::Postgres => {
+            let (c, conn) = tokio_postgres::connect(&w.db.url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            let driver = tokio::spawn(conn);
+            c.batch_execute(&sql).await.unwrap();
+            drop(c);
+            let _ = driver.await;
+        }
+    }
+    match w.store.get(j.id).await {
+        Err(onus::StoreError::Decode { column, .. }) => assert_eq!(column, "errors"),
+        other => panic!("expected a decode error naming the column, got {other:?}"),
+    }
+}
+
 onus_testkit::both!(
+    a_corrupted_job_row_is_an_error_naming_its_column,
     claim_takes_due_jobs_of_known_kinds_once,
     finish_applies_only_for_the_lease_holder,
     heartbeat_renews_held_jobs_and_reports_lost_and_cancelled,

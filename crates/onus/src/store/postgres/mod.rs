@@ -122,36 +122,56 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     }
 }
 
+/// Column `i` of a job row; a value of the wrong type is an error naming the column, never a
+/// panic.
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> StoreResult<T> {
+    r.try_get(i).map_err(|e| StoreError::Decode {
+        table: "onus_jobs",
+        column: r
+            .columns()
+            .get(i)
+            .map_or_else(|| format!("#{i}"), |c| c.name().to_string()),
+        problem: e.to_string(),
+    })
+}
+
 fn job_from(r: &Row) -> StoreResult<Job> {
-    let bad =
-        |what: &str, e: String| StoreError::Query(format!("a stored job has a bad {what}: {e}"));
-    let state: String = r.get(5);
-    let errors: serde_json::Value = r.get(12);
-    let reason: Option<String> = r.get(14);
+    let bad = |column: &str, problem: String| StoreError::Decode {
+        table: "onus_jobs",
+        column: column.to_string(),
+        problem,
+    };
+    let count = |i: usize| -> StoreResult<u32> {
+        let v: i32 = col(r, i)?;
+        u32::try_from(v).map_err(|_| bad(r.columns()[i].name(), format!("{v} is negative")))
+    };
+    let state: String = col(r, 5)?;
+    let errors: serde_json::Value = col(r, 12)?;
+    let reason: Option<String> = col(r, 14)?;
     Ok(Job {
-        id: r.get(0),
-        kind: r.get(1),
-        queue: r.get(2),
-        args: r.get(3),
-        priority: r.get(4),
+        id: col(r, 0)?,
+        kind: col(r, 1)?,
+        queue: col(r, 2)?,
+        args: col(r, 3)?,
+        priority: col(r, 4)?,
         state: state.parse().map_err(|e| bad("state", e))?,
-        attempt: r.get::<_, i32>(6) as u32,
-        max_attempts: r.get::<_, i32>(7) as u32,
-        run_at: r.get(8),
-        created_at: r.get(9),
-        attempted_at: r.get(10),
-        finalized_at: r.get(11),
-        errors: serde_json::from_value(errors).map_err(|e| bad("history", e.to_string()))?,
-        snoozes: r.get::<_, i32>(13) as u32,
+        attempt: count(6)?,
+        max_attempts: count(7)?,
+        run_at: col(r, 8)?,
+        created_at: col(r, 9)?,
+        attempted_at: col(r, 10)?,
+        finalized_at: col(r, 11)?,
+        errors: serde_json::from_value(errors).map_err(|e| bad("errors", e.to_string()))?,
+        snoozes: count(13)?,
         discard_reason: reason
             .map(|s| DiscardReason::from_str(&s))
             .transpose()
-            .map_err(|e| bad("discard reason", e))?,
-        unique_key: r.get(15),
-        lease_key: r.get(16),
-        lease_owner: r.get(17),
-        lease_expires_at: r.get(18),
-        cancel_requested: r.get(19),
+            .map_err(|e| bad("discard_reason", e))?,
+        unique_key: col(r, 15)?,
+        lease_key: col(r, 16)?,
+        lease_owner: col(r, 17)?,
+        lease_expires_at: col(r, 18)?,
+        cancel_requested: col(r, 19)?,
     })
 }
 

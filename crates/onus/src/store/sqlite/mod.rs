@@ -401,8 +401,29 @@ pub(crate) fn q(e: rusqlite::Error) -> StoreError {
         StoreError::Unavailable(e.to_string())
     } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
         StoreError::Constraint(e.to_string())
+    } else if let Some(column) = decode_column(&e) {
+        // A stored value that does not read as its type.
+        StoreError::Decode {
+            table: "the job tables",
+            column,
+            problem: e.to_string(),
+        }
     } else {
         StoreError::Query(e.to_string())
+    }
+}
+
+/// The column a read failed on, when the failure is a value of the wrong type.
+fn decode_column(e: &rusqlite::Error) -> Option<String> {
+    match e {
+        rusqlite::Error::InvalidColumnType(_, name, _) => Some(name.clone()),
+        rusqlite::Error::FromSqlConversionFailure(i, _, _) => Some(
+            JOB_COLS
+                .split(", ")
+                .nth(*i)
+                .map_or_else(|| format!("#{i}"), str::to_string),
+        ),
+        _ => None,
     }
 }
 
