@@ -59,6 +59,32 @@ impl TestDb {
         (self.backend == Backend::Sqlite).then(|| self.dir.path().join("onus.db"))
     }
 
+    /// Runs `sql` (several statements) on the database directly, as a person with a SQL shell
+    /// would: to load a fixture, or to corrupt a row on purpose.
+    pub async fn batch_execute(&self, sql: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let path = self.dir.path().join("onus.db");
+                let conn = rusqlite::Connection::open(&path)
+                    .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+                conn.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("SQL failed on SQLite: {e}"));
+            }
+            Backend::Postgres => {
+                let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
+                let driver = tokio::spawn(conn);
+                client
+                    .batch_execute(sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("SQL failed on PostgreSQL: {e}"));
+                drop(client);
+                let _ = driver.await;
+            }
+        }
+    }
+
     /// A directory that lives as long as the database, for other files of the test.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

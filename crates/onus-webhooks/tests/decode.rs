@@ -7,24 +7,6 @@ use onus::{Onus, StoreError};
 use onus_testkit::{Backend, TestDb};
 use onus_webhooks::{Error, NewEndpoint, WebhookConfig, Webhooks};
 
-async fn run_sql(db: &TestDb, sql: &str) {
-    match db.backend {
-        Backend::Sqlite => {
-            let conn = rusqlite::Connection::open(db.sqlite_path().unwrap()).unwrap();
-            conn.execute_batch(sql).unwrap();
-        }
-        Backend::Postgres => {
-            let (c, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let driver = tokio::spawn(conn);
-            c.batch_execute(sql).await.unwrap();
-            drop(c);
-            let _ = driver.await;
-        }
-    }
-}
-
 async fn a_corrupted_value_is_an_error_naming_its_column(backend: Backend) {
     let db = TestDb::new(backend).await;
     let store = onus::open(&db.url).await.unwrap();
@@ -42,13 +24,10 @@ async fn a_corrupted_value_is_an_error_naming_its_column(backend: Backend) {
     assert!(hooks.endpoint(&ep.id).await.is_ok());
 
     // A JSON list of event types replaced by an object.
-    run_sql(
-        &db,
-        &format!(
-            "UPDATE onus_endpoints SET event_types = '{{\"a\": 1}}' WHERE id = '{}'",
-            ep.id
-        ),
-    )
+    db.batch_execute(&format!(
+        "UPDATE onus_endpoints SET event_types = '{{\"a\": 1}}' WHERE id = '{}'",
+        ep.id
+    ))
     .await;
     let err = hooks.endpoint(&ep.id).await.unwrap_err();
     match &err {
@@ -85,7 +64,7 @@ async fn a_missing_or_mistyped_required_value_names_its_column(backend: Backend)
             ev.id
         ),
     };
-    run_sql(&db, &sql).await;
+    db.batch_execute(&sql).await;
     let err = hooks.event(&ev.id).await.unwrap_err().to_string();
     assert!(
         err.contains("cannot read column type of onus_events"),

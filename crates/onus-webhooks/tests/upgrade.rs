@@ -21,24 +21,11 @@ fn at(s: &str) -> onus::Timestamp {
 }
 
 async fn load_fixture(db: &TestDb, sink: &str) {
-    match db.backend {
-        Backend::Sqlite => {
-            let conn = rusqlite::Connection::open(db.sqlite_path().unwrap()).unwrap();
-            conn.execute_batch(&SQLITE.replace("{{SINK}}", sink))
-                .unwrap();
-        }
-        Backend::Postgres => {
-            let (c, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let driver = tokio::spawn(conn);
-            c.batch_execute(&POSTGRES.replace("{{SINK}}", sink))
-                .await
-                .unwrap();
-            drop(c);
-            let _ = driver.await;
-        }
-    }
+    let fixture = match db.backend {
+        Backend::Sqlite => SQLITE,
+        Backend::Postgres => POSTGRES,
+    };
+    db.batch_execute(&fixture.replace("{{SINK}}", sink)).await;
 }
 
 async fn an_existing_database_upgrades_in_place(backend: Backend) {

@@ -479,21 +479,7 @@ async fn a_corrupted_job_row_is_an_error_naming_its_column(backend: Backend) {
         "UPDATE onus_jobs SET errors = '{{\"not\": \"a list\"}}' WHERE id = {}",
         j.id
     );
-    match backend {
-        Backend::Sqlite => {
-            let conn = rusqlite::Connection::open(w.db.sqlite_path().unwrap()).unwrap();
-            conn.execute_batch(&sql).unwrap();
-        }
-        Backend::Postgres => {
-            let (c, conn) = tokio_postgres::connect(&w.db.url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            let driver = tokio::spawn(conn);
-            c.batch_execute(&sql).await.unwrap();
-            drop(c);
-            let _ = driver.await;
-        }
-    }
+    w.db.batch_execute(&sql).await;
     match w.store.get(j.id).await {
         Err(onus::StoreError::Decode { column, .. }) => assert_eq!(column, "errors"),
         other => panic!("expected a decode error naming the column, got {other:?}"),
