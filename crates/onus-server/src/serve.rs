@@ -102,7 +102,8 @@ pub async fn serve(
             tracing::warn!("{section} is accepted but not used by this version yet");
         }
     }
-    let store = onus::open_with(&url, migrate)
+    // Every line, the job layer's included, is migrated (and logged) by `Onus::migrate` below.
+    let store = onus::open_with(&url, false)
         .await
         .map_err(|e| e.to_string())?;
     let (onus, _webhooks) = runtime(store.clone(), &file)?;
