@@ -7,13 +7,19 @@ use onus::{Onus, StoreError};
 use onus_testkit::{Backend, TestDb};
 use onus_webhooks::{Error, NewEndpoint, WebhookConfig, Webhooks};
 
-async fn a_corrupted_value_is_an_error_naming_its_column(backend: Backend) {
+/// A fresh database with the webhook service registered on a runtime.
+async fn webhooks(backend: Backend) -> (TestDb, Webhooks, Onus) {
     let db = TestDb::new(backend).await;
     let store = onus::open(&db.url).await.unwrap();
     let hooks = Webhooks::open(store.clone(), WebhookConfig::default())
         .await
         .unwrap();
-    let _onus = Onus::builder(store).component(&hooks).build().unwrap();
+    let onus = Onus::builder(store).component(&hooks).build().unwrap();
+    (db, hooks, onus)
+}
+
+async fn a_corrupted_value_is_an_error_naming_its_column(backend: Backend) {
+    let (db, hooks, _onus) = webhooks(backend).await;
     let (ep, _) = hooks
         .create_endpoint(NewEndpoint {
             url: "https://example.com/hook".into(),
@@ -45,12 +51,7 @@ async fn a_corrupted_value_is_an_error_naming_its_column(backend: Backend) {
 }
 
 async fn a_missing_or_mistyped_required_value_names_its_column(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let store = onus::open(&db.url).await.unwrap();
-    let hooks = Webhooks::open(store.clone(), WebhookConfig::default())
-        .await
-        .unwrap();
-    let _onus = Onus::builder(store).component(&hooks).build().unwrap();
+    let (db, hooks, _onus) = webhooks(backend).await;
     let ev = hooks
         .publish("x", serde_json::json!({"a": 1}), None)
         .await

@@ -113,12 +113,6 @@ impl Row {
         T::from_value(v, self.backend).map_err(|problem| self.decode(column, problem))
     }
 
-    /// The raw value of `column`, if the result has it.
-    pub fn value(&self, column: &str) -> Option<&Value> {
-        let i = self.columns.iter().position(|c| c == column)?;
-        self.values.get(i)
-    }
-
     fn decode(&self, column: &str, problem: String) -> StoreError {
         StoreError::Decode {
             table: self.table,
@@ -184,11 +178,6 @@ impl<'c> SqliteTx<'c> {
     /// derefs to it).
     pub fn new(conn: &'c rusqlite::Connection) -> Self {
         SqliteTx { conn }
-    }
-
-    /// The connection.
-    pub fn connection(&self) -> &'c rusqlite::Connection {
-        self.conn
     }
 }
 
@@ -320,12 +309,6 @@ pub type LocalFuture<'t, T> = Pin<Box<dyn Future<Output = T> + 't>>;
 /// (roll back). [`Db::tx`] builds these; a store implements [`Store::transaction`] with them.
 pub type TxFn = Box<dyn for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreResult<()>> + Send>;
 
-/// Runs an operation that must not wait on anything but a synchronous (SQLite) transaction:
-/// its one poll must finish it.
-pub(crate) fn run_now<T>(fut: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    ready(fut)
-}
-
 /// The result of an operation on a [`SqliteTx`], from synchronous code: SQLite answers at once,
 /// so the operation completes on its first poll, without an async runtime. An operation that
 /// awaits anything else fails instead of blocking.
@@ -448,9 +431,4 @@ impl Db {
         self.tx(move |tx| Box::pin(async move { tx.execute(sql, &params).await }))
             .await
     }
-}
-
-/// Decodes the first column named `column` of each row as `T`.
-pub fn column<T: FromValue>(rows: &[Row], column: &str) -> StoreResult<Vec<T>> {
-    rows.iter().map(|r| r.get(column)).collect()
 }

@@ -189,6 +189,32 @@ pub struct Finish {
     pub expired_before: Option<Timestamp>,
 }
 
+impl Finish {
+    /// The columns to write, given the job as stored and still leased to this attempt: whether a
+    /// cancel was asked and when its lease expires (`lease_wait`: the snooze waits for a busy
+    /// lease key). `None` for a rescue whose lease was renewed since the rescuer looked: the job
+    /// is alive and nothing is written.
+    pub(crate) fn write_for(
+        &self,
+        cancel_requested: bool,
+        lease_expires_at: Option<Timestamp>,
+        lease_wait: bool,
+    ) -> Option<crate::outcome::RowWrite> {
+        if let Some(before) = self.expired_before {
+            if lease_expires_at.is_none_or(|e| e >= before) {
+                return None;
+            }
+        }
+        Some(crate::outcome::row_write(
+            &self.transition,
+            cancel_requested,
+            lease_wait,
+            self.now,
+            self.attempt,
+        ))
+    }
+}
+
 /// A job this process holds (claimed, running or with its outcome not yet written), to renew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeldJob {

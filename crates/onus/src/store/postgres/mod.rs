@@ -450,18 +450,9 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
     };
     let cancel_requested: bool = held.get(0);
     let lease_expires_at: Option<Timestamp> = held.get(1);
-    if let Some(before) = f.expired_before {
-        if lease_expires_at.is_none_or(|e| e >= before) {
-            return Ok(false); // renewed since the rescuer looked: the job is alive
-        }
-    }
-    let w = crate::outcome::row_write(
-        &f.transition,
-        cancel_requested,
-        lease_wait,
-        f.now,
-        f.attempt,
-    );
+    let Some(w) = f.write_for(cancel_requested, lease_expires_at, lease_wait) else {
+        return Ok(false); // renewed since the rescuer looked: the job is alive
+    };
     let entry = w.entry.as_ref().map(entry_json).transpose()?;
     c.execute(
         "UPDATE onus_jobs SET state = $2, run_at = COALESCE($3, run_at), attempt = attempt - $4,

@@ -556,18 +556,9 @@ fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> StoreResult<bo
     let Some((cancel_requested, lease_expires_at)) = held else {
         return Ok(false); // the lease was lost: a newer owner decides
     };
-    if let Some(before) = f.expired_before {
-        if lease_expires_at.is_none_or(|e| e >= us(before)) {
-            return Ok(false); // renewed since the rescuer looked: the job is alive
-        }
-    }
-    let w = crate::outcome::row_write(
-        &f.transition,
-        cancel_requested,
-        lease_wait,
-        f.now,
-        f.attempt,
-    );
+    let Some(w) = f.write_for(cancel_requested, ts(lease_expires_at), lease_wait) else {
+        return Ok(false); // renewed since the rescuer looked: the job is alive
+    };
     let entry = w.entry.as_ref().map(entry_json).transpose()?;
     let n = conn
         .prepare_cached(
@@ -698,7 +689,7 @@ impl Store for SqliteStore {
     async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()> {
         self.write(move |conn| {
             let tx = crate::db::AnyTx::Sqlite(crate::db::SqliteTx::new(conn));
-            crate::db::run_now(op(&tx))
+            crate::db::ready(op(&tx))
         })
         .await
     }
@@ -706,7 +697,7 @@ impl Store for SqliteStore {
     async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()> {
         self.read(move |conn| {
             let tx = crate::db::AnyTx::Sqlite(crate::db::SqliteTx::new(conn));
-            crate::db::run_now(op(&tx))
+            crate::db::ready(op(&tx))
         })
         .await
     }
