@@ -30,7 +30,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the workers and the HTTP server (GET /healthz) until SIGINT or SIGTERM.
+    /// Run the workers and the HTTP server (the API under /api/v1, /healthz, /metrics) until
+    /// SIGINT or SIGTERM.
     Serve {
         /// Address to listen on (default 127.0.0.1:8080).
         #[arg(long, env = "ONUS_LISTEN", value_name = "ADDR")]
@@ -58,6 +59,21 @@ pub enum Command {
     /// Show periodic jobs: schedule, last run, last failure, next run.
     #[command(subcommand)]
     Periodic(PeriodicCommand),
+    /// Print or rotate the API token kept in the database.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print the API token every server sharing this database accepts.
+    Show,
+    /// Replace the API token; the previous one stays valid for the grace period.
+    Rotate {
+        /// How long the previous token stays valid ("1h", "10m"; "0s" refuses it at once).
+        #[arg(long, default_value = "1h", value_name = "DURATION")]
+        grace: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -197,6 +213,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Token(cmd) => token(&file, &url, cmd).await,
         Command::Jobs(cmd) => {
             let store = onus::open(&url).await.map_err(|e| e.to_string())?;
             let client = onus::Onus::builder(store)
@@ -208,13 +225,85 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// `onus token show|rotate`.
+async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), String> {
+    if let Some(t) = crate::serve::configured_token(file) {
+        return match cmd {
+            TokenCommand::Show => {
+                eprintln!("(the token is configured by ONUS_API_TOKEN or api_token in onus.toml)");
+                println!("{t}");
+                Ok(())
+            }
+            TokenCommand::Rotate { .. } => Err(
+                "the API token is configured (ONUS_API_TOKEN or api_token in onus.toml); change it there, or remove it to have the database keep one".into(),
+            ),
+        };
+    }
+    let store = onus::open_with(url, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    let parts = crate::serve::runtime(store, file)?;
+    parts
+        .onus
+        .check_migrations()
+        .await
+        .map_err(|e| e.to_string())?;
+    let now = chrono::Utc::now();
+    match cmd {
+        TokenCommand::Show => {
+            let valid = parts
+                .secrets
+                .valid(crate::secrets::API_TOKEN, now)
+                .await
+                .map_err(|e| e.to_string())?;
+            let Some(current) = valid.iter().find(|v| v.expires_at.is_none()) else {
+                return Err("no API token yet: `onus serve` generates one on its first start (or run `onus token rotate`)".into());
+            };
+            for old in valid.iter().filter(|v| v.expires_at.is_some()) {
+                if let Some(t) = old.expires_at {
+                    eprintln!(
+                        "(the previous token, version {}, is accepted until {})",
+                        old.version,
+                        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    );
+                }
+            }
+            println!("{}", current.value);
+            Ok(())
+        }
+        TokenCommand::Rotate { grace } => {
+            let grace = humantime::parse_duration(&grace).map_err(|e| {
+                format!(
+                    "--grace {grace:?} is not a duration ({e}); write it like \"1h\" or \"10m\""
+                )
+            })?;
+            let v = parts
+                .secrets
+                .rotate(
+                    crate::secrets::API_TOKEN,
+                    crate::secrets::generate(crate::api::auth::TOKEN_PREFIX),
+                    now,
+                    grace,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            eprintln!(
+                "rotated: the previous token is accepted for {} more; every server sharing this database accepts the new one",
+                onus::policy::human(grace)
+            );
+            println!("{}", v.value);
+            Ok(())
+        }
+    }
+}
+
 /// `onus migrate [--status]`.
 async fn migrate(file: &FileConfig, url: &str, status: bool, json: bool) -> Result<(), String> {
     let store = onus::open_with(url, false)
         .await
         .map_err(|e| e.to_string())?;
     // The lines of the job layer and of every component the server runs.
-    let (onus, _) = crate::serve::runtime(store.clone(), file)?;
+    let onus = crate::serve::runtime(store.clone(), file)?.onus;
     let lines = onus.migrations();
     if status {
         let st = store.migrations(&lines).await.map_err(|e| e.to_string())?;

@@ -20,8 +20,14 @@ pub struct FileConfig {
     pub database_url: Option<String>,
     /// Address the HTTP server listens on.
     pub listen: Option<String>,
-    /// Bearer token for the API.
+    /// Bearer token for the API (else one is generated and kept in the database).
     pub api_token: Option<String>,
+    /// The most bytes of an API request body: a number of bytes or `"512KiB"`, `"4MiB"`
+    /// (default 1 MiB; `POST /jobs/batch` has its own limit of 32 MiB).
+    pub body_limit: Option<ByteSize>,
+    /// Serve `/metrics` without a token.
+    #[serde(default)]
+    pub metrics_public: bool,
     /// Queue name to concurrency in this process.
     #[serde(default)]
     pub queues: BTreeMap<String, usize>,
@@ -49,10 +55,70 @@ pub struct KindConfig {
     /// Policy overrides.
     #[serde(default)]
     pub policy: Option<onus::PolicyOverride>,
-    /// The URL jobs of this kind are POSTed to (HTTP-handled kinds).
+    /// The URL jobs of this kind are POSTed to (push kinds); without one the kind is pulled by
+    /// workers through the API.
     pub url: Option<String>,
+    /// Headers sent with every push request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Time for one push request (`"30s"`, the default).
+    pub timeout: Option<String>,
+    /// The push requests' signing secret (`whsec_...`); generated and kept in the database when
+    /// absent.
+    pub secret: Option<String>,
     /// The queue jobs of this kind go to by default.
     pub queue: Option<String>,
+}
+
+impl KindConfig {
+    /// Checks the push settings; the error names the setting.
+    pub fn check(&self, name: &str) -> Result<(), ConfigError> {
+        let section = format!("kinds.\"{name}\"");
+        duration(&section, "timeout", &self.timeout)?;
+        let push_only = [
+            ("headers", !self.headers.is_empty()),
+            ("timeout", self.timeout.is_some()),
+            ("secret", self.secret.is_some()),
+        ];
+        match &self.url {
+            Some(u) => {
+                let parsed = url::Url::parse(u).map_err(|e| {
+                    ConfigError(format!(
+                        "[{section}] url = {u:?} is not a URL ({e}); write it like \"http://127.0.0.1:3000/jobs\""
+                    ))
+                })?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(ConfigError(format!(
+                        "[{section}] url = {u:?}: the scheme must be http or https"
+                    )));
+                }
+            }
+            None => {
+                if let Some((key, _)) = push_only.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError(format!(
+                        "[{section}] {key} applies to push kinds only; add url = \"http://...\" or remove {key}"
+                    )));
+                }
+            }
+        }
+        for (h, v) in &self.headers {
+            let ok = axum::http::HeaderName::from_bytes(h.as_bytes()).is_ok()
+                && axum::http::HeaderValue::from_str(v).is_ok();
+            if !ok {
+                return Err(ConfigError(format!(
+                    "[{section}.headers] {h:?}: not a valid header name and value"
+                )));
+            }
+        }
+        if let Some(s) = &self.secret {
+            standardwebhooks::Webhook::new(s).map_err(|e| {
+                ConfigError(format!(
+                    "[{section}] secret: {e:?}; write a whsec_ secret (base64 after the prefix)"
+                ))
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// `[webhooks]`.
@@ -79,6 +145,54 @@ pub struct HttpSection {
     /// Networks `http.request` jobs may reach although the SSRF guard refuses them.
     #[serde(default)]
     pub allow_networks: Vec<String>,
+}
+
+/// A size in bytes: a number, or text with a unit (`"512KiB"`, `"4MiB"`, `"1MB"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub usize);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(u64),
+            Text(String),
+        }
+        let bad = |v: &str| {
+            serde::de::Error::custom(format!(
+                "{v:?} is not a size; write a number of bytes or like \"512KiB\", \"4MiB\""
+            ))
+        };
+        let n = match Raw::deserialize(d)? {
+            Raw::Num(n) => n,
+            Raw::Text(t) => {
+                let v = t.trim();
+                let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+                let (num, unit) = v.split_at(split);
+                let num: u64 = num.parse().map_err(|_| bad(&t))?;
+                let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+                    "" | "b" => 1,
+                    "kb" => 1000,
+                    "kib" => 1 << 10,
+                    "mb" => 1_000_000,
+                    "mib" => 1 << 20,
+                    "gb" => 1_000_000_000,
+                    "gib" => 1 << 30,
+                    _ => return Err(bad(&t)),
+                };
+                num.checked_mul(mult).ok_or_else(|| bad(&t))?
+            }
+        };
+        if n == 0 {
+            return Err(serde::de::Error::custom(
+                "a size of 0 bytes refuses every body; give at least 1",
+            ));
+        }
+        usize::try_from(n)
+            .map(ByteSize)
+            .map_err(|_| serde::de::Error::custom("the size is too large"))
+    }
 }
 
 /// The longest duration a setting may name: ten years (longer ones only overflow the calendar).
@@ -197,6 +311,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
                 .with_overrides(o)
                 .map_err(|e| ConfigError(format!("[kinds.\"{name}\".policy]: {e}")))?;
         }
+        k.check(name)?;
     }
     cfg.retention.durations()?;
     cfg.webhooks.resolve()?;

@@ -1,55 +1,72 @@
-//! `onus serve`: the workers plus an HTTP server (for now `GET /healthz`; the API and the panel
-//! come later) until SIGINT or SIGTERM, then a graceful shutdown.
+//! `onus serve`: the workers plus the HTTP server (`/healthz`, `/metrics`, the API under
+//! `/api/v1`) until SIGINT or SIGTERM, then a graceful shutdown: API requests in flight finish,
+//! running jobs get a grace period.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
 use onus::{Onus, Store};
+use tokio::task::JoinHandle;
 
+use crate::api::{self, App, Auth, HandledBy, KindInfo, Limits};
 use crate::config::FileConfig;
+use crate::secrets::{self, Secrets};
 
 /// How long running jobs get to finish at shutdown before they are handed back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// The kinds every server runs in process.
+const BUILT_IN: [&str; 3] = [
+    onus_http::request::KIND,
+    onus_webhooks::FANOUT,
+    onus_webhooks::DELIVER,
+];
+
+/// The runtime and components the configuration describes, not started.
+#[derive(Debug)]
+pub struct Parts {
+    /// The job layer.
+    pub onus: Onus,
+    /// The webhook service.
+    pub webhooks: onus_webhooks::Webhooks,
+    /// The server's secrets table.
+    pub secrets: Secrets,
+    /// Every kind the server knows.
+    pub kinds: BTreeMap<String, KindInfo>,
+}
+
 /// Builds the runtime the configuration describes: the built-in kinds (`http.request`,
-/// `webhook.fanout`, `webhook.deliver`), policy overrides, queues and retention. Touches no
-/// database: migrate with [`Onus::migrate`] (or check with [`Onus::check_migrations`]).
-pub fn runtime(
-    store: Arc<dyn Store>,
-    file: &FileConfig,
-) -> Result<(Onus, onus_webhooks::Webhooks), String> {
+/// `webhook.fanout`, `webhook.deliver`), configured kinds, policy overrides, queues and
+/// retention. Touches no database: migrate with [`Onus::migrate`] (or check with
+/// [`Onus::check_migrations`]).
+pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Parts, String> {
     let webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
     let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
     let hooks =
         onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
+    let secrets = Secrets::new(store.clone());
     let http = Arc::new(onus_http::HttpClient::new(&http_cfg).map_err(|e| e.to_string())?);
     let mut b = Onus::builder(store)
+        .component(&secrets)
         .component(&hooks)
         .kind(onus_http::request::kind(http));
     for (q, n) in &file.queues {
         b = b.queue(q.clone(), *n);
     }
-    const BUILT_IN: [&str; 3] = [
-        onus_http::request::KIND,
-        onus_webhooks::FANOUT,
-        onus_webhooks::DELIVER,
-    ];
     for (name, k) in &file.kinds {
         if !BUILT_IN.contains(&name.as_str()) {
-            // A kind this process does not handle: its policy and queue still apply to inserts.
+            // A kind this process does not run itself: pulled by workers through the API.
             let mut kind = onus::Kind::new(name.clone());
             if let Some(q) = &k.queue {
                 kind = kind.queue(q.clone());
             }
             b = b.kind(kind);
-        } else if k.queue.is_some() {
+        } else if k.queue.is_some() || k.url.is_some() {
             return Err(format!(
-                "[kinds.\"{name}\"] queue: the queue of a built-in kind cannot be changed"
+                "[kinds.\"{name}\"]: {name} is built in; only its policy can be changed"
             ));
         }
         if let Some(o) = &k.policy {
@@ -62,26 +79,185 @@ pub fn runtime(
         ..onus::Options::default()
     });
     let onus = b.build().map_err(|e| format!("configuration: {e}"))?;
-    Ok((onus, hooks))
+    let mut kinds = BTreeMap::new();
+    let names = BUILT_IN
+        .iter()
+        .map(|s| s.to_string())
+        .chain(file.kinds.keys().cloned());
+    for name in names {
+        let Some(kind) = onus.kind(&name) else {
+            continue;
+        };
+        let cfg = file.kinds.get(&name);
+        let handled_by = if BUILT_IN.contains(&name.as_str()) {
+            HandledBy::Process
+        } else if cfg.is_some_and(|k| k.url.is_some()) {
+            HandledBy::Push
+        } else {
+            HandledBy::Pull
+        };
+        kinds.insert(
+            name.clone(),
+            KindInfo {
+                name: name.clone(),
+                handled_by,
+                queue: kind.queue_name().to_string(),
+                policy: kind.policy_ref().clone(),
+                url: cfg.and_then(|k| k.url.clone()),
+            },
+        );
+    }
+    Ok(Parts {
+        onus,
+        webhooks: hooks,
+        secrets,
+        kinds,
+    })
 }
 
-async fn healthz(State(store): State<Arc<dyn Store>>) -> (StatusCode, Json<serde_json::Value>) {
-    match store.get(0).await {
-        Ok(_) => (
-            StatusCode::OK,
-            Json(
-                serde_json::json!({"status": "ok", "database": store.backend(), "version": env!("CARGO_PKG_VERSION")}),
-            ),
-        ),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                serde_json::json!({"status": "unavailable", "database": store.backend(), "error": e.to_string()}),
-            ),
-        ),
+/// The configured API token: `ONUS_API_TOKEN` over `api_token` in the file.
+pub fn configured_token(file: &FileConfig) -> Option<String> {
+    std::env::var("ONUS_API_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .or_else(|| file.api_token.clone())
+}
+
+/// The token check: the configured token, or the one kept in the database (generated now if
+/// there is none yet, and logged as generated, never its value).
+pub async fn auth(parts: &Parts, configured: Option<String>) -> Result<Auth, String> {
+    if configured.is_none() {
+        let (_, created) = parts
+            .secrets
+            .ensure(
+                secrets::API_TOKEN,
+                secrets::generate(api::auth::TOKEN_PREFIX),
+                chrono::Utc::now(),
+            )
+            .await
+            .map_err(|e| format!("cannot keep the API token in the database: {e}"))?;
+        if created {
+            tracing::info!(
+                "generated an API token and kept it in the database; `onus token show` prints it"
+            );
+        }
+    }
+    let auth = Auth::new(configured, parts.secrets.clone());
+    if !auth.is_configured() {
+        auth.refresh().await.map_err(|e| e.to_string())?;
+    }
+    Ok(auth)
+}
+
+/// The handlers' state for `parts` under `file`'s settings.
+pub fn state(parts: &Parts, file: &FileConfig, auth: Auth) -> App {
+    App(Arc::new(api::Inner {
+        client: parts.onus.client(),
+        webhooks: parts.webhooks.clone(),
+        auth,
+        kinds: parts.kinds.clone(),
+        queues: file.queues.keys().cloned().collect(),
+        limits: Limits {
+            body: file.body_limit.map_or(api::DEFAULT_BODY_LIMIT, |b| b.0),
+            metrics_public: file.metrics_public,
+        },
+    }))
+}
+
+/// A running server: its address and how to stop it.
+#[derive(Debug)]
+pub struct Server {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its handlers' state (the same the API uses).
+    pub app: App,
+    running: onus::Running,
+    stop: tokio::sync::oneshot::Sender<()>,
+    http: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Starts `parts` (already migrated) with the API on `listener`.
+    pub fn start(
+        parts: &Parts,
+        app: App,
+        listener: tokio::net::TcpListener,
+    ) -> Result<Self, String> {
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let running = parts.onus.start();
+        let router = api::app(app.clone()).layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|req: &axum::http::Request<_>| {
+                    // The path only: a query can carry search text, and no header is logged.
+                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path())
+                })
+                .on_request(())
+                .on_response(
+                    |res: &axum::http::Response<_>, took: Duration, _span: &tracing::Span| {
+                        tracing::info!(
+                            status = res.status().as_u16(),
+                            ms = took.as_secs_f64() * 1000.0,
+                            "answered"
+                        );
+                    },
+                )
+                .on_failure(()),
+        );
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let http = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        });
+        Ok(Server {
+            addr,
+            app,
+            running,
+            stop,
+            http,
+        })
+    }
+
+    /// Stops taking requests, lets those in flight finish, then stops the workers (running jobs
+    /// get `grace`).
+    pub async fn shutdown(self, grace: Duration) -> Result<(), String> {
+        let _ = self.stop.send(());
+        let served = self.http.await;
+        self.running.shutdown(grace).await;
+        match served {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("HTTP server failed: {e}")),
+            Err(e) => Err(format!("HTTP server failed: {e}")),
+        }
     }
 }
 
+/// Opens the database, migrates (or checks), and returns the parts and the handlers' state.
+pub async fn prepare(file: &FileConfig, url: &str, migrate: bool) -> Result<(Parts, App), String> {
+    // Every line, the job layer's included, is migrated (and logged) by `Onus::migrate` below.
+    let store = onus::open_with(url, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    let parts = runtime(store, file)?;
+    if migrate {
+        for a in parts.onus.migrate().await.map_err(|e| e.to_string())? {
+            tracing::info!(line = %a.line, version = a.version, file = %a.name, "migration applied");
+        }
+    } else {
+        parts
+            .onus
+            .check_migrations()
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let auth = auth(&parts, configured_token(file)).await?;
+    let app = state(&parts, file, auth);
+    Ok((parts, app))
+}
+
+/// `onus serve`.
 pub async fn serve(
     file: FileConfig,
     path: Option<PathBuf>,
@@ -91,61 +267,52 @@ pub async fn serve(
 ) -> Result<(), String> {
     if let Some((name, _)) = file.kinds.iter().find(|(_, k)| k.url.is_some()) {
         return Err(format!(
-            "[kinds.\"{name}\"] url: HTTP-handled kinds are not supported by this version yet; remove the url"
+            "[kinds.\"{name}\"] url: push kinds are not supported by this version yet; remove the url to pull its jobs through the API"
         ));
     }
-    for (section, present) in [
-        ("[mail]", file.mail.is_some()),
-        ("api_token", file.api_token.is_some()),
-    ] {
-        if present {
-            tracing::warn!("{section} is accepted but not used by this version yet");
-        }
+    if file.mail.is_some() {
+        tracing::warn!("[mail] is accepted but not used by this version yet");
     }
-    // Every line, the job layer's included, is migrated (and logged) by `Onus::migrate` below.
-    let store = onus::open_with(&url, false)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (onus, _webhooks) = runtime(store.clone(), &file)?;
-    if migrate {
-        for a in onus.migrate().await.map_err(|e| e.to_string())? {
-            tracing::info!(line = %a.line, version = a.version, file = %a.name, "migration applied");
-        }
-    } else {
-        onus.check_migrations().await.map_err(|e| e.to_string())?;
-    }
+    let (parts, app) = prepare(&file, &url, migrate).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
         format!(
             "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen"
         )
     })?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let running = onus.start();
+    let server = Server::start(&parts, app, listener)?;
     tracing::info!(
         database = %onus::redact_url(&url),
         config = %path.map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into()),
-        owner = onus.owner(),
-        "onus {} listening on http://{addr}",
-        env!("CARGO_PKG_VERSION")
+        owner = parts.onus.owner(),
+        "onus {} listening on http://{}",
+        env!("CARGO_PKG_VERSION"),
+        server.addr
     );
-    let app = Router::new()
-        .route("/healthz", get(healthz))
-        .with_state(store);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
-    running.run_until_signal(SHUTDOWN_GRACE).await;
-    let _ = stop_tx.send(());
-    match server.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(format!("HTTP server failed: {e}")),
-        Err(e) => return Err(format!("HTTP server failed: {e}")),
-    }
+    wait_for_signal().await;
+    tracing::info!("stopping: finishing requests in flight and running jobs");
+    server.shutdown(SHUTDOWN_GRACE).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -17,6 +17,7 @@ pub type JobId = i64;
 /// Where a job stands. See `docs/state-machine.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum JobState {
     /// Due now, waiting for a worker.
     Available,
@@ -105,6 +106,7 @@ impl FromStr for JobState {
 /// Why a job was discarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum DiscardReason {
     /// The handler said trying again cannot help (or the args could not be decoded).
     Permanent,
@@ -140,6 +142,7 @@ impl FromStr for DiscardReason {
 /// What an entry in a job's history records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EntryClass {
     /// The handler returned a retryable error.
     Error,
@@ -161,8 +164,10 @@ pub enum EntryClass {
 
 /// One failed attempt or snooze in a job's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HistoryEntry {
     /// When it happened.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
     /// The attempt it belongs to.
     pub attempt: u32,
@@ -226,6 +231,7 @@ impl HistoryEntry {
 
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     /// Unique id.
     pub id: JobId,
@@ -244,12 +250,16 @@ pub struct Job {
     /// Attempts allowed.
     pub max_attempts: u32,
     /// When it runs next (or ran last).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub run_at: Timestamp,
     /// When it was inserted.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
     /// When its latest attempt started.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub attempted_at: Option<Timestamp>,
     /// When it reached a finished state.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub finalized_at: Option<Timestamp>,
     /// Every failed attempt and snooze, oldest first.
     pub errors: Vec<HistoryEntry>,
@@ -264,9 +274,13 @@ pub struct Job {
     /// The process running it.
     pub lease_owner: Option<String>,
     /// When the running process's hold on it expires.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub lease_expires_at: Option<Timestamp>,
     /// A cancel was asked for while it ran.
     pub cancel_requested: bool,
+    /// Labels to find it by (`GET /jobs?tag=`); they change nothing about how it runs.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 impl Job {
@@ -341,6 +355,8 @@ pub struct NewJob {
     pub lease_key: Option<String>,
     /// Attempts allowed; when unset, the kind's policy decides.
     pub max_attempts: Option<u32>,
+    /// Labels to find it by; they change nothing about how it runs.
+    pub tags: Vec<String>,
 }
 
 impl NewJob {
@@ -355,6 +371,7 @@ impl NewJob {
             unique_key: None,
             lease_key: None,
             max_attempts: None,
+            tags: Vec::new(),
         }
     }
 
@@ -396,6 +413,12 @@ impl NewJob {
     /// Holds this lease key while running.
     pub fn lease_key(mut self, k: impl Into<String>) -> Self {
         self.lease_key = Some(k.into());
+        self
+    }
+
+    /// Adds a label to find it by.
+    pub fn tag(mut self, t: impl Into<String>) -> Self {
+        self.tags.push(t.into());
         self
     }
 

@@ -52,6 +52,7 @@ impl World {
             created_at: self.now,
             unique_key: None,
             lease_key: None,
+            tags: Vec::new(),
         }
     }
 
@@ -466,7 +467,7 @@ async fn migrations_are_recorded_per_line(backend: Backend) {
     assert_eq!(st.len(), 1);
     assert_eq!(
         (st[0].line.as_str(), st[0].version, st[0].latest),
-        ("jobs", 1, 1)
+        ("jobs", 2, 2)
     );
     assert!(st[0].is_current() && st[0].applied_at.is_some());
     assert!(w.store.migrate(&[]).await.unwrap().is_empty());
@@ -486,7 +487,111 @@ async fn a_corrupted_job_row_is_an_error_naming_its_column(backend: Backend) {
     }
 }
 
+async fn filters_by_tag_time_and_text_alike_and_delete_takes_finished_jobs(backend: Backend) {
+    let w = world(backend).await;
+    let tagged = w
+        .insert(InsertRow {
+            tags: vec!["billing".into(), "eu".into()],
+            args: serde_json::json!({"email": "Ada@Example.com", "note": "two words"}),
+            ..w.row("a")
+        })
+        .await;
+    let later = w
+        .insert(InsertRow {
+            created_at: w.now + secs(10),
+            ..w.row("b")
+        })
+        .await;
+    assert_eq!(w.get(&tagged).await.tags, vec!["billing", "eu"]);
+    let ids = |f: JobFilter| {
+        let store = w.store.clone();
+        async move {
+            let jobs = store.list(&f, 100, None).await.unwrap();
+            let n = store.count(&f).await.unwrap();
+            assert_eq!(n as usize, jobs.len(), "count agrees with the listing");
+            jobs.iter().map(|j| j.id).collect::<Vec<_>>()
+        }
+    };
+    let tags = |t: &[&str]| JobFilter {
+        tags: t.iter().map(|s| s.to_string()).collect(),
+        ..JobFilter::default()
+    };
+    assert_eq!(ids(tags(&["eu", "x"])).await, vec![tagged.id]);
+    assert!(ids(tags(&["x"])).await.is_empty());
+    let t = w.now + secs(5);
+    let after = JobFilter {
+        created_after: Some(t),
+        ..JobFilter::default()
+    };
+    assert_eq!(ids(after).await, vec![later.id]);
+    let before = JobFilter {
+        created_before: Some(t),
+        ..JobFilter::default()
+    };
+    assert_eq!(ids(before).await, vec![tagged.id]);
+    let text = |q: &str| JobFilter {
+        q: Some(q.into()),
+        ..JobFilter::default()
+    };
+    // Text in args: ASCII case folded, spaces ignored, a key and its value together, on both.
+    for q in [
+        "ada@example",
+        "\"email\":\"ada",
+        "\"email\": \"ADA",
+        "twowords",
+    ] {
+        assert_eq!(ids(text(q)).await, vec![tagged.id], "q = {q:?}");
+    }
+    assert!(ids(text("nobody")).await.is_empty());
+    // Delete: finished jobs only; one named unfinished job is a conflict, an absent one not found.
+    match w.store.delete(&JobFilter::id(tagged.id)).await {
+        Err(onus::StoreError::Conflict(m)) => assert!(m.contains("cancel it first"), "{m}"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(matches!(
+        w.store.delete(&JobFilter::id(999_999)).await,
+        Err(onus::StoreError::NotFound(999_999))
+    ));
+    w.store
+        .cancel(&JobFilter::id(tagged.id), w.now)
+        .await
+        .unwrap();
+    assert_eq!(
+        w.store.delete(&JobFilter::default()).await.unwrap(),
+        vec![tagged.id]
+    );
+    assert!(w.store.get(tagged.id).await.unwrap().is_none());
+    assert_eq!(w.get(&later).await.state, JobState::Available);
+}
+
+async fn a_paused_queue_claims_nothing_until_resumed(backend: Backend) {
+    let w = world(backend).await;
+    let j = w.insert(w.row("a")).await;
+    w.db.batch_execute(&format!(
+        "INSERT INTO onus_queues (name, paused_at, updated_at) VALUES ('default', {t}, {t})",
+        t = if backend == Backend::Sqlite {
+            "1".to_string()
+        } else {
+            "now()".to_string()
+        }
+    ))
+    .await;
+    assert!(w.claim(&["a"], 10, w.now + secs(1)).await.is_empty());
+    w.db.batch_execute("UPDATE onus_queues SET paused_at = NULL")
+        .await;
+    assert_eq!(
+        w.claim(&["a"], 10, w.now + secs(1))
+            .await
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>(),
+        vec![j.id]
+    );
+}
+
 onus_testkit::both!(
+    filters_by_tag_time_and_text_alike_and_delete_takes_finished_jobs,
+    a_paused_queue_claims_nothing_until_resumed,
     a_corrupted_job_row_is_an_error_naming_its_column,
     claim_takes_due_jobs_of_known_kinds_once,
     finish_applies_only_for_the_lease_holder,

@@ -55,8 +55,16 @@ macro_rules! migrations {
 /// The job layer's tables.
 pub static JOBS: Line = Line {
     name: "jobs",
-    sqlite: migrations!("../../migrations/jobs/sqlite", "001_jobs.sql"),
-    postgres: migrations!("../../migrations/jobs/postgres", "001_jobs.sql"),
+    sqlite: migrations!(
+        "../../migrations/jobs/sqlite",
+        "001_jobs.sql",
+        "002_tags_and_queues.sql"
+    ),
+    postgres: migrations!(
+        "../../migrations/jobs/postgres",
+        "001_jobs.sql",
+        "002_tags_and_queues.sql"
+    ),
 };
 
 impl Line {

@@ -8,7 +8,7 @@ use crate::clock::{self, Timestamp};
 use crate::job::{Job, JobId, JobState, NewJob, RunAt};
 use crate::store::{
     pick_retries, CancelOutcome, InsertRow, Inserted, JobFilter, RetriedKeys, RetryOutcome, Store,
-    StoreError, CANCELLABLE_STATES, RETRYABLE_STATES,
+    StoreError, CANCELLABLE_STATES, DELETABLE_STATES, RETRYABLE_STATES,
 };
 
 use super::Shared;
@@ -45,6 +45,8 @@ pub struct Client {
 }
 
 const MAX_NAME: usize = 200;
+/// The most tags one job carries.
+pub const MAX_TAGS: usize = 20;
 
 /// The most jobs one statement of a bulk retry or cancel touches; a bulk action over more runs
 /// as several, so the database (on SQLite, its one writer) is never held for long.
@@ -108,7 +110,7 @@ impl Pages {
     }
 }
 
-fn check_name(what: &str, v: &str) -> Result<(), Error> {
+pub(crate) fn check_name(what: &str, v: &str) -> Result<(), Error> {
     if v.trim().is_empty() {
         return Err(Error::Invalid(format!("{what} must not be empty")));
     }
@@ -290,6 +292,33 @@ impl Client {
         Ok(out)
     }
 
+    /// Deletes a finished job (completed, discarded or cancelled); an unfinished one is refused
+    /// with [`StoreError::Conflict`] (cancel it first).
+    pub async fn delete(&self, id: JobId) -> Result<(), Error> {
+        self.shared.store.delete(&JobFilter::id(id)).await?;
+        Ok(())
+    }
+
+    /// Deletes every finished job matching `filter` (not just one page), in chunks of
+    /// [`BULK_CHUNK`]; unfinished matches are left alone. Returns the ids deleted.
+    pub async fn delete_where(&self, filter: &JobFilter) -> Result<Vec<JobId>, Error> {
+        if crate::store::single_id(filter).is_some() {
+            return Ok(self.shared.store.delete(filter).await?);
+        }
+        let mut out = Vec::new();
+        let mut pages = Pages::new(filter, &DELETABLE_STATES);
+        while let Some(page) = pages.next(&self.shared.store).await? {
+            let ids = page.iter().map(|j| j.id).collect();
+            out.extend(self.shared.store.delete(&pages.chunk(ids)).await?);
+        }
+        Ok(out)
+    }
+
+    /// How many jobs match `filter`.
+    pub async fn count(&self, filter: &JobFilter) -> Result<u64, Error> {
+        Ok(self.shared.store.count(filter).await?)
+    }
+
     fn signal_cancels(&self, out: &CancelOutcome) {
         for id in &out.requested {
             self.shared.hub.cancel_running(*id);
@@ -337,6 +366,15 @@ pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Er
     if let Some(k) = &job.lease_key {
         check_name("lease_key", k)?;
     }
+    if job.tags.len() > MAX_TAGS {
+        return Err(Error::Invalid(format!(
+            "tags: {} tags given; a job carries at most {MAX_TAGS}",
+            job.tags.len()
+        )));
+    }
+    for t in &job.tags {
+        check_name("tags: tag", t)?;
+    }
     if let Some(path) = crate::job::find_nul(&job.args, "args") {
         return Err(Error::Invalid(format!(
             "{path} contains a NUL character (\\u0000), which the database cannot store; remove it or encode the value (base64, say)"
@@ -371,5 +409,6 @@ pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Er
         created_at: now,
         unique_key: job.unique_key,
         lease_key: job.lease_key,
+        tags: job.tags,
     })
 }

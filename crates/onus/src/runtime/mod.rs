@@ -4,11 +4,13 @@
 //! The runtime is the only code that turns a handler's answer into the next state, through
 //! [`crate::outcome::decide`] and the kind's [`Policy`](crate::Policy).
 
+mod alerts;
 mod client;
 mod hub;
 mod kind;
 mod maintenance;
 mod periodic;
+mod queues;
 mod skew;
 mod worker;
 
@@ -27,6 +29,7 @@ pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
 pub use periodic::{Periodic, Schedule, ScheduleError};
+pub use queues::{PausedQueue, QueueStats};
 
 use crate::clock::{Clock, SystemClock};
 use crate::job::JobArgs;

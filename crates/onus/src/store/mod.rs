@@ -140,6 +140,8 @@ pub struct InsertRow {
     pub unique_key: Option<String>,
     /// The lease key it holds while it runs (at most the kind's slots run per key).
     pub lease_key: Option<String>,
+    /// Labels to find it by.
+    pub tags: Vec<String>,
 }
 
 /// The answer to one insert.
@@ -287,15 +289,37 @@ pub struct JobFilter {
     /// Only jobs holding one of these lease keys.
     #[serde(default)]
     pub lease_keys: Vec<String>,
+    /// Only jobs carrying one of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
     /// Finished at or after this time.
     #[serde(default)]
     pub finalized_after: Option<Timestamp>,
+    /// Created at or after this time.
+    #[serde(default)]
+    pub created_after: Option<Timestamp>,
+    /// Created before this time.
+    #[serde(default)]
+    pub created_before: Option<Timestamp>,
+    /// Only jobs whose args, as JSON text, contain this text: ASCII letters compared without
+    /// case and spaces ignored on both sides, so both backends match alike (a scan: combine it
+    /// with other conditions on large tables).
+    #[serde(default)]
+    pub q: Option<String>,
     /// For bulk actions: at most this many matching jobs, newest first.
     #[serde(default)]
     pub limit: Option<usize>,
 }
 
 impl JobFilter {
+    /// The text [`JobFilter::q`] is looked for as, in args' JSON text folded the same way.
+    pub fn q_folded(&self) -> Option<String> {
+        self.q
+            .as_ref()
+            .map(|q| q.to_ascii_lowercase().replace(' ', ""))
+            .filter(|q| !q.is_empty())
+    }
+
     /// Just this job.
     pub fn id(id: JobId) -> Self {
         JobFilter {
@@ -398,6 +422,13 @@ pub(crate) fn held_key_refusals(
         .collect()
 }
 
+/// The states a job can be deleted in: finished ones.
+pub const DELETABLE_STATES: [JobState; 3] = [
+    JobState::Completed,
+    JobState::Discarded,
+    JobState::Cancelled,
+];
+
 /// What a cancel did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CancelOutcome {
@@ -430,6 +461,7 @@ pub enum RateDecision {
 
 /// A periodic schedule's stored state.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PeriodicRow {
     /// Its name.
     pub name: String,
@@ -438,23 +470,28 @@ pub struct PeriodicRow {
     /// Its schedule, as written (`cron: ...` or `every: ...`).
     pub schedule: String,
     /// The latest period enqueued.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_period_at: Option<Timestamp>,
     /// The job enqueued for it.
     pub last_job_id: Option<JobId>,
     /// When its latest job finished.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_run_at: Option<Timestamp>,
     /// How its latest job ended (`completed`, `discarded`, ...).
     pub last_state: Option<String>,
     /// When a job of it last failed.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_failure_at: Option<Timestamp>,
     /// That failure's message.
     pub last_error: Option<String>,
     /// When it is next due.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub next_run_at: Option<Timestamp>,
 }
 
 /// An alert raised by an exhausted job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Alert {
     /// The alert's own id (to acknowledge it by).
     pub id: i64,
@@ -465,8 +502,10 @@ pub struct Alert {
     /// The job's last error.
     pub message: String,
     /// When it was raised.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
     /// When someone acknowledged it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub acked_at: Option<Timestamp>,
 }
 
@@ -565,6 +604,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Manual cancel of every matching unfinished job. One statement:
     /// [`crate::Client::cancel_where`] calls it in chunks.
     async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome>;
+
+    /// Deletes every matching finished job (completed, discarded, cancelled) and returns their
+    /// ids. One statement: [`crate::Client::delete_where`] calls it in chunks. A filter naming one
+    /// job that is absent or unfinished is refused ([`StoreError::NotFound`],
+    /// [`StoreError::Conflict`]).
+    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>>;
+
+    /// How many jobs match `filter` (its `limit` caps the count).
+    async fn count(&self, filter: &JobFilter) -> StoreResult<u64>;
 
     /// Running jobs of `kinds` whose lease expired before `now`.
     async fn expired(
@@ -681,6 +729,17 @@ pub(crate) fn single_id(f: &JobFilter) -> Option<JobId> {
 }
 
 /// Why a single-job retry (`retry = true`) or cancel did nothing, as an error the caller can act on.
+/// Why one named job was not deleted: it is absent, or not finished.
+pub(crate) fn delete_refusal(id: JobId, job: Option<&Job>) -> StoreError {
+    match job {
+        None => StoreError::NotFound(id),
+        Some(j) => StoreError::Conflict(format!(
+            "job {id} is {}; only finished jobs (completed, discarded, cancelled) can be deleted: cancel it first",
+            j.state
+        )),
+    }
+}
+
 pub(crate) fn refusal(id: JobId, job: Option<&Job>, retry: bool) -> StoreError {
     let Some(j) = job else {
         return StoreError::NotFound(id);

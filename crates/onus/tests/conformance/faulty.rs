@@ -165,6 +165,15 @@ impl Store for Faulty {
         self.record_bulk(filter);
         self.inner.cancel(filter, now).await
     }
+    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
+        self.gate().await;
+        self.record_bulk(filter);
+        self.inner.delete(filter).await
+    }
+    async fn count(&self, filter: &JobFilter) -> StoreResult<u64> {
+        self.gate().await;
+        self.inner.count(filter).await
+    }
     async fn expired(
         &self,
         kinds: &[String],

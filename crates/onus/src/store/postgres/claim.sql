@@ -1,16 +1,18 @@
 -- Claims up to $6 due jobs of queue $4 whose kind is in $5, for owner $2 at $1, leased until $3.
 -- Two range scans of partial indexes (due available jobs by priority; delayed jobs whose run_at has
 -- passed, oldest first), each locking with SKIP LOCKED so concurrent claimers never wait on or
--- take each other's rows, merged by priority.
+-- take each other's rows, merged by priority. A paused queue (onus_queues.paused_at set) claims nothing.
 WITH available AS (
     SELECT id, priority, run_at FROM onus_jobs
     WHERE state = 'available' AND queue = $4 AND kind = ANY($5)
+      AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $4 AND paused_at IS NOT NULL)
     ORDER BY priority, run_at, id
     LIMIT $6
     FOR UPDATE SKIP LOCKED
 ), delayed AS (
     SELECT id, priority, run_at FROM onus_jobs
     WHERE state IN ('scheduled', 'retryable', 'snoozed') AND queue = $4 AND run_at <= $1 AND kind = ANY($5)
+      AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $4 AND paused_at IS NOT NULL)
     ORDER BY run_at
     LIMIT $6
     FOR UPDATE SKIP LOCKED
@@ -26,4 +28,4 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.state, j.attempt, j.max_attempts, j.run_at, j.created_at,
     j.attempted_at, j.finalized_at, j.errors, j.snoozes, j.discard_reason, j.unique_key, j.lease_key,
-    j.lease_owner, j.lease_expires_at, j.cancel_requested
+    j.lease_owner, j.lease_expires_at, j.cancel_requested, j.tags

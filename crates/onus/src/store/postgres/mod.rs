@@ -37,7 +37,7 @@ pub(crate) const MIGRATION_LOCK: i64 = 0x6f6e_7573;
 
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
-    lease_expires_at, cancel_requested";
+    lease_expires_at, cancel_requested, tags";
 
 /// The PostgreSQL store.
 #[derive(Debug)]
@@ -148,6 +148,7 @@ fn job_from(r: &Row) -> StoreResult<Job> {
     let state: String = col(r, 5)?;
     let errors: serde_json::Value = col(r, 12)?;
     let reason: Option<String> = col(r, 14)?;
+    let tags: serde_json::Value = col(r, 20)?;
     Ok(Job {
         id: col(r, 0)?,
         kind: col(r, 1)?,
@@ -172,6 +173,7 @@ fn job_from(r: &Row) -> StoreResult<Job> {
         lease_owner: col(r, 17)?,
         lease_expires_at: col(r, 18)?,
         cancel_requested: col(r, 19)?,
+        tags: serde_json::from_value(tags).map_err(|e| bad("tags", e.to_string()))?,
     })
 }
 
@@ -343,12 +345,13 @@ async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
     let run_ats: Vec<Timestamp> = rows.iter().map(|r| r.run_at).collect();
     let created: Vec<Timestamp> = rows.iter().map(|r| r.created_at).collect();
     let lease_keys: Vec<Option<&str>> = rows.iter().map(|r| r.lease_key.as_deref()).collect();
+    let tags: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::json!(r.tags)).collect();
     let sql = format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key)
-             SELECT kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags)
+             SELECT kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags
              FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::text[], $6::integer[],
-                         $7::timestamptz[], $8::timestamptz[], $9::text[])
-                  WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, ord)
+                         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[])
+                  WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags, ord)
              ORDER BY ord
              RETURNING {JOB_COLS}"
         );
@@ -365,6 +368,7 @@ async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
                 &run_ats,
                 &created,
                 &lease_keys,
+                &tags,
             ],
         )
         .await
@@ -382,13 +386,14 @@ async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
 
 async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Inserted> {
     let sql = format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
              DO NOTHING
              RETURNING {JOB_COLS}"
         );
     let max = r.max_attempts as i32;
+    let tags = serde_json::json!(r.tags);
     let row = c
         .query_opt(
             &sql,
@@ -403,6 +408,7 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
                 &r.created_at,
                 &r.unique_key,
                 &r.lease_key,
+                &tags,
             ],
         )
         .await
@@ -579,9 +585,27 @@ fn filter_sql(f: &JobFilter, first: usize) -> (String, Vec<Box<dyn ToSql + Sync 
         p.push(Box::new(f.lease_keys.clone()));
         sql.push_str(&format!(" AND lease_key = ANY(${})", first + p.len()));
     }
-    if let Some(t) = f.finalized_after {
-        p.push(Box::new(t));
-        sql.push_str(&format!(" AND finalized_at >= ${}", first + p.len()));
+    if !f.tags.is_empty() {
+        p.push(Box::new(f.tags.clone()));
+        sql.push_str(&format!(" AND tags ?| ${}", first + p.len()));
+    }
+    for (col, op, t) in [
+        ("finalized_at", ">=", f.finalized_after),
+        ("created_at", ">=", f.created_after),
+        ("created_at", "<", f.created_before),
+    ] {
+        if let Some(t) = t {
+            p.push(Box::new(t));
+            sql.push_str(&format!(" AND {col} {op} ${}", first + p.len()));
+        }
+    }
+    if let Some(text) = f.q_folded() {
+        // ASCII letters only, as SQLite's lower() folds them, so both backends match alike.
+        p.push(Box::new(text));
+        sql.push_str(&format!(
+            " AND strpos(replace(translate(args::text, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'), ' ', ''), ${}) > 0",
+            first + p.len()
+        ));
     }
     if let Some(n) = f.limit {
         p.push(Box::new(n as i64));
@@ -902,6 +926,43 @@ impl Store for PostgresStore {
             cancelled,
             requested,
         })
+    }
+
+    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
+        let c = self.client().await?;
+        let (cond, tail) = filter_sql(filter, 0);
+        let deleted: Vec<JobId> = c
+            .query(
+                &format!(
+                    "DELETE FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){cond} RETURNING id"
+                ),
+                &params(&[], &tail),
+            )
+            .await
+            .map_err(q)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if deleted.is_empty() {
+            if let Some(id) = single_id(filter) {
+                return Err(delete_refusal(id, get_job(&**c, id).await?.as_ref()));
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn count(&self, filter: &JobFilter) -> StoreResult<u64> {
+        let c = self.client().await?;
+        let (cond, tail) = filter_sql(filter, 0);
+        let row = c
+            .query_one(
+                &format!("SELECT count(*) FROM onus_jobs WHERE true{cond}"),
+                &params(&[], &tail),
+            )
+            .await
+            .map_err(q)?;
+        let n: i64 = row.get(0);
+        Ok(n as u64)
     }
 
     async fn expired(

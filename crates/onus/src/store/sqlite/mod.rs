@@ -437,7 +437,7 @@ pub(crate) fn ts(v: Option<i64>) -> Option<Timestamp> {
 
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
-    lease_expires_at, cancel_requested";
+    lease_expires_at, cancel_requested, tags";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
     let bad = |i: usize, e: String| {
@@ -447,6 +447,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
     let state: String = r.get(5)?;
     let errors: String = r.get(12)?;
     let reason: Option<String> = r.get(14)?;
+    let tags: String = r.get(20)?;
     Ok(Job {
         id: r.get(0)?,
         kind: r.get(1)?,
@@ -471,6 +472,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         lease_owner: r.get(17)?,
         lease_expires_at: ts(r.get(18)?),
         cancel_requested: r.get(19)?,
+        tags: serde_json::from_str(&tags).map_err(|e| bad(20, e.to_string()))?,
     })
 }
 
@@ -489,10 +491,11 @@ pub(crate) fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Insert
 
 fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
     let args = serde_json::to_string(&row.args).map_err(|e| StoreError::Query(e.to_string()))?;
+    let tags = serde_json::to_string(&row.tags).map_err(|e| StoreError::Query(e.to_string()))?;
     let mut stmt = conn
         .prepare_cached(&format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
              DO NOTHING
              RETURNING {JOB_COLS}"
@@ -510,7 +513,8 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
                 us(row.run_at),
                 us(row.created_at),
                 row.unique_key,
-                row.lease_key
+                row.lease_key,
+                tags
             ],
             job_from_row,
         )
@@ -658,9 +662,30 @@ fn filter_sql(f: &JobFilter, params: &mut Vec<Box<dyn ToSql + Send>>) -> String 
     if !f.lease_keys.is_empty() {
         add("lease_key", j(serde_json::json!(f.lease_keys)), params);
     }
-    if let Some(t) = f.finalized_after {
-        params.push(Box::new(us(t)));
-        sql.push_str(&format!(" AND finalized_at >= ?{}", params.len()));
+    if !f.tags.is_empty() {
+        params.push(Box::new(j(serde_json::json!(f.tags))));
+        sql.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM json_each(onus_jobs.tags) WHERE value IN (SELECT value FROM json_each(?{})))",
+            params.len()
+        ));
+    }
+    for (col, op, t) in [
+        ("finalized_at", ">=", f.finalized_after),
+        ("created_at", ">=", f.created_after),
+        ("created_at", "<", f.created_before),
+    ] {
+        if let Some(t) = t {
+            params.push(Box::new(us(t)));
+            sql.push_str(&format!(" AND {col} {op} ?{}", params.len()));
+        }
+    }
+    if let Some(text) = f.q_folded() {
+        // SQLite's lower() folds ASCII letters only; the PostgreSQL store folds the same.
+        params.push(Box::new(text));
+        sql.push_str(&format!(
+            " AND instr(replace(lower(args), ' ', ''), ?{}) > 0",
+            params.len()
+        ));
     }
     if let Some(n) = f.limit {
         params.push(Box::new(n as i64));
@@ -896,6 +921,49 @@ impl Store for SqliteStore {
                 }
             }
             Ok(CancelOutcome { cancelled, requested })
+        })
+        .await
+    }
+
+    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
+        let filter = filter.clone();
+        self.write(move |conn| {
+            let mut p: Vec<Box<dyn ToSql + Send>> = Vec::new();
+            let sql = format!(
+                "DELETE FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){} RETURNING id",
+                filter_sql(&filter, &mut p)
+            );
+            let deleted = conn
+                .prepare(&sql)
+                .map_err(q)?
+                .query_map(refs(&p).as_slice(), |r| r.get(0))
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<JobId>>>()
+                .map_err(q)?;
+            if deleted.is_empty() {
+                if let Some(id) = single_id(&filter) {
+                    return Err(delete_refusal(id, get_job(conn, id)?.as_ref()));
+                }
+            }
+            Ok(deleted)
+        })
+        .await
+    }
+
+    async fn count(&self, filter: &JobFilter) -> StoreResult<u64> {
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let mut p: Vec<Box<dyn ToSql + Send>> = Vec::new();
+            let sql = format!(
+                "SELECT COUNT(*) FROM onus_jobs WHERE 1 = 1{}",
+                filter_sql(&filter, &mut p)
+            );
+            let n: i64 = conn
+                .prepare(&sql)
+                .map_err(q)?
+                .query_row(refs(&p).as_slice(), |r| r.get(0))
+                .map_err(q)?;
+            Ok(n as u64)
         })
         .await
     }

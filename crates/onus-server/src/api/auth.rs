@@ -1,0 +1,131 @@
+//! The API token: configured (`ONUS_API_TOKEN`, `api_token`), or generated on the first start and
+//! kept in the database so every process sharing it accepts the same token. Compared in
+//! constant time; never logged.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+use subtle::ConstantTimeEq as _;
+
+use super::{ApiError, App};
+use crate::secrets::{self, Secrets, Version};
+
+/// How long the accepted tokens are cached before they are read again. A token this process has
+/// not seen (rotated by another process) is looked up at once, at most once a second.
+const CACHE_FOR: Duration = Duration::from_secs(10);
+const MISS_EVERY: Duration = Duration::from_secs(1);
+
+/// The prefix of generated API tokens.
+pub const TOKEN_PREFIX: &str = "onus_";
+
+/// Checks bearer tokens.
+pub struct Auth {
+    configured: Option<String>,
+    secrets: Secrets,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("configured", &self.configured.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Cache {
+    tokens: Vec<Version>,
+    read_at: Option<Instant>,
+}
+
+fn matches(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+impl Auth {
+    /// Checks against `configured` when set, else against the tokens kept in the database.
+    pub fn new(configured: Option<String>, secrets: Secrets) -> Self {
+        Auth {
+            configured,
+            secrets,
+            cache: Mutex::new(Cache::default()),
+        }
+    }
+
+    /// Whether the token is configured rather than kept in the database.
+    pub fn is_configured(&self) -> bool {
+        self.configured.is_some()
+    }
+
+    fn cached(&self, presented: &str, now: onus::Timestamp) -> (bool, bool) {
+        let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = c.tokens.iter().any(|v| {
+            // Every version is compared, so the time taken does not tell which one matched.
+            let valid = v.expires_at.is_none_or(|t| t > now);
+            matches(&v.value, presented) & valid
+        });
+        let age = c.read_at.map(|t| t.elapsed());
+        let fresh = age.is_some_and(|a| a < CACHE_FOR);
+        let may_reread = age.is_none_or(|a| a >= MISS_EVERY);
+        (hit && fresh, may_reread)
+    }
+
+    /// Reads the accepted tokens again.
+    pub async fn refresh(&self) -> Result<(), onus::StoreError> {
+        let tokens = self
+            .secrets
+            .valid(secrets::API_TOKEN, chrono::Utc::now())
+            .await?;
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        c.tokens = tokens;
+        c.read_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// True when `presented` is an accepted token.
+    pub async fn check(&self, presented: &str) -> Result<bool, ApiError> {
+        if let Some(t) = &self.configured {
+            return Ok(matches(t, presented));
+        }
+        let now = chrono::Utc::now();
+        let (hit, may_reread) = self.cached(presented, now);
+        if hit {
+            return Ok(true);
+        }
+        if !may_reread {
+            return Ok(false);
+        }
+        self.refresh().await?;
+        Ok(self.cached(presented, now).0)
+    }
+}
+
+/// The bearer token of a request, if it sent one.
+pub fn bearer(req: &Request) -> Option<&str> {
+    let v = req.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Middleware: refuses a request without an accepted token with 401, before it is read.
+pub async fn require_token(
+    State(app): State<App>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let Some(token) = bearer(&req) else {
+        return Err(ApiError::unauthorized());
+    };
+    if !app.auth.check(token).await? {
+        return Err(ApiError::unauthorized());
+    }
+    Ok(next.run(req).await)
+}

@@ -1,0 +1,58 @@
+//! The JSON body extractor: over the limit is 413, not JSON is 400, JSON of the wrong shape is
+//! 422 naming the field; all in the API's error shape.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use super::{ApiError, App};
+
+/// A JSON request body of type `T`.
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+/// The limit a body extractor reports in its 413 (the layer enforces it).
+fn limit_of(req: &Request, app: &App) -> usize {
+    if req.uri().path().ends_with("/jobs/batch") {
+        super::BATCH_BODY_LIMIT
+    } else {
+        app.limits.body
+    }
+}
+
+/// Decodes `bytes` as JSON of type `T`: 400 when it is not JSON, 422 naming the field when it is
+/// JSON of another shape.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::malformed(
+            "the request needs a JSON body (Content-Type: application/json)",
+        ));
+    }
+    let v: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::malformed(format!("the body is not valid JSON: {e}")))?;
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." {
+            ApiError::invalid(inner)
+        } else {
+            ApiError::invalid(format!("{path}: {inner}"))
+        }
+    })
+}
+
+impl<T: DeserializeOwned> FromRequest<App> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &App) -> Result<Self, ApiError> {
+        let limit = limit_of(&req, state);
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
+            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                ApiError::too_large(limit)
+            }
+            other => ApiError::malformed(other.body_text()),
+        })?;
+        decode(&bytes).map(Body)
+    }
+}

@@ -1,0 +1,555 @@
+//! Jobs: insert (one or a batch), list with filters and a cursor, show, retry, cancel, delete,
+//! and the bulk actions over every job matching a filter.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use onus::{Job, JobFilter, JobId, JobState, NewJob, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiError, App, Body};
+
+/// The most jobs one `POST /jobs/batch` inserts.
+pub const MAX_BATCH: usize = 10_000;
+/// The most jobs one page of `GET /jobs` holds.
+pub const MAX_PAGE: usize = 1000;
+/// A page's size when `limit` is not given.
+pub const DEFAULT_PAGE: usize = 50;
+
+/// A job to insert.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewJobBody {
+    /// The kind (one `GET /kinds` lists).
+    pub kind: String,
+    /// The handler's input, any JSON (`{}` when absent).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub args: Option<serde_json::Value>,
+    /// The queue; the kind's queue when absent.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Lower runs first among jobs due at once (0 when absent).
+    #[serde(default)]
+    pub priority: Option<i16>,
+    /// When to run, RFC 3339 (`2026-12-01T12:00:00Z`); now when absent.
+    #[serde(default)]
+    pub run_at: Option<String>,
+    /// While an unfinished job of the kind holds this key, inserting answers that job instead.
+    #[serde(default)]
+    pub unique_key: Option<String>,
+    /// Labels to find the job by.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+}
+
+/// An instant given as text: RFC 3339, or a 422 naming the field.
+pub fn instant(field: &str, v: &str) -> Result<Timestamp, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(v)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| {
+            ApiError::invalid(format!(
+                "{field}: {v:?} is not an RFC 3339 instant ({e}); write it like \"2026-12-01T12:00:00Z\""
+            ))
+        })
+}
+
+impl NewJobBody {
+    /// The job to insert; the error names the field (prefixed with `at`, as `jobs[3].`).
+    pub fn to_job(&self, app: &App, at: &str) -> Result<NewJob, ApiError> {
+        app.known_kind(&format!("{at}kind"), &self.kind)?;
+        let mut job = NewJob::new(
+            self.kind.clone(),
+            self.args.clone().unwrap_or_else(|| serde_json::json!({})),
+        );
+        job.queue = self.queue.clone();
+        job.priority = self.priority.unwrap_or(0);
+        if let Some(t) = &self.run_at {
+            job = job.run_at(instant(&format!("{at}run_at"), t)?);
+        }
+        job.unique_key = self.unique_key.clone();
+        job.tags = self.tags.clone().unwrap_or_default();
+        // Validate here, so the error names the field of this job.
+        app.client
+            .prepare(job.clone())
+            .map_err(|e| ApiError::invalid(format!("{at}{e}")))?;
+        Ok(job)
+    }
+}
+
+/// Inserts a job.
+#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = NewJobBody,
+    responses(
+        (status = 201, description = "inserted", body = Job),
+        (status = 200, description = "an unfinished job of the kind holds the unique key: that job", body = Job),
+        (status = 422, description = "invalid (unknown kind, bad instant, ...)", body = super::error::ErrorBody),
+    ))]
+pub async fn insert(
+    State(app): State<App>,
+    Body(body): Body<NewJobBody>,
+) -> Result<(StatusCode, Json<Job>), ApiError> {
+    let job = body.to_job(&app, "")?;
+    let got = app.client.insert(job).await?;
+    let status = if got.inserted {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(got.job)))
+}
+
+/// A batch to insert.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchBody {
+    /// Up to 10,000 jobs, inserted in one transaction: all or none.
+    pub jobs: Vec<NewJobBody>,
+}
+
+/// One job of a batch's answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchItem {
+    /// The job.
+    #[serde(flatten)]
+    pub job: Job,
+    /// True when an unfinished job already held its unique key (this is that job).
+    pub duplicate: bool,
+}
+
+/// The answer to a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchAnswer {
+    /// The jobs, in the order given.
+    pub jobs: Vec<BatchItem>,
+}
+
+/// Inserts up to 10,000 jobs in one transaction (body limit 32 MiB).
+#[utoipa::path(post, path = "/jobs/batch", tag = "jobs", request_body = BatchBody,
+    responses(
+        (status = 201, description = "inserted, in the order given", body = BatchAnswer),
+        (status = 422, description = "invalid; nothing was inserted", body = super::error::ErrorBody),
+    ))]
+pub async fn insert_batch(
+    State(app): State<App>,
+    Body(body): Body<BatchBody>,
+) -> Result<(StatusCode, Json<BatchAnswer>), ApiError> {
+    if body.jobs.is_empty() {
+        return Err(ApiError::invalid("jobs: give at least one job"));
+    }
+    if body.jobs.len() > MAX_BATCH {
+        return Err(ApiError::invalid(format!(
+            "jobs: {} jobs given; one batch inserts at most {MAX_BATCH}",
+            body.jobs.len()
+        )));
+    }
+    let jobs = body
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| j.to_job(&app, &format!("jobs[{i}].")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let got = app.client.insert_many(jobs).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(BatchAnswer {
+            jobs: got
+                .into_iter()
+                .map(|i| BatchItem {
+                    duplicate: !i.inserted,
+                    job: i.job,
+                })
+                .collect(),
+        }),
+    ))
+}
+
+/// The filter of `GET /jobs`; lists are comma-separated.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// States, comma-separated (`discarded,cancelled`).
+    pub state: Option<String>,
+    /// Kinds, comma-separated.
+    pub kind: Option<String>,
+    /// Queues, comma-separated.
+    pub queue: Option<String>,
+    /// Tags, comma-separated: jobs carrying any of them.
+    pub tag: Option<String>,
+    /// Created at or after this instant (RFC 3339).
+    pub created_after: Option<String>,
+    /// Created before this instant (RFC 3339).
+    pub created_before: Option<String>,
+    /// Text in the args' JSON (ASCII letters without case, spaces ignored).
+    pub q: Option<String>,
+    /// Jobs per page, at most 1,000 (default 50).
+    pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+fn list_of(v: &Option<String>) -> Vec<String> {
+    v.as_deref()
+        .map(|s| {
+            s.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// States named in `field`, or a 422 naming the states there are.
+pub fn states(field: &str, names: &[String]) -> Result<Vec<JobState>, ApiError> {
+    names
+        .iter()
+        .map(|s| {
+            s.parse::<JobState>().map_err(|_| {
+                ApiError::invalid(format!(
+                    "{field}: {s:?} is not a state; states are available, scheduled, running, retryable, snoozed, completed, discarded, cancelled"
+                ))
+            })
+        })
+        .collect()
+}
+
+impl ListParams {
+    /// The filter, the page size and the cursor; the error names the bad parameter.
+    pub fn parse(&self) -> Result<(JobFilter, usize, Option<JobId>), ApiError> {
+        let limit = match &self.limit {
+            None => DEFAULT_PAGE,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (1..=MAX_PAGE).contains(&n) => n,
+                _ => {
+                    return Err(ApiError::invalid(format!(
+                        "limit: {v:?} is not a page size; give a whole number from 1 to {MAX_PAGE}"
+                    )))
+                }
+            },
+        };
+        let cursor = match &self.cursor {
+            None => None,
+            Some(c) => Some(c.parse::<JobId>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "cursor: {c:?} is not a cursor; pass the next_cursor of the previous page"
+                ))
+            })?),
+        };
+        let filter = JobFilter {
+            states: states("state", &list_of(&self.state))?,
+            kinds: list_of(&self.kind),
+            queues: list_of(&self.queue),
+            tags: list_of(&self.tag),
+            created_after: self
+                .created_after
+                .as_deref()
+                .map(|v| instant("created_after", v))
+                .transpose()?,
+            created_before: self
+                .created_before
+                .as_deref()
+                .map(|v| instant("created_before", v))
+                .transpose()?,
+            q: self.q.clone().filter(|q| !q.is_empty()),
+            ..JobFilter::default()
+        };
+        Ok((filter, limit, cursor))
+    }
+}
+
+/// A page of jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobPage {
+    /// Newest first.
+    pub jobs: Vec<Job>,
+    /// Pass as `cursor` for the next page; null on the last one.
+    pub next_cursor: Option<String>,
+}
+
+/// One page of jobs matching `filter`, newest first: what `GET /jobs` and the panel show.
+pub async fn page(
+    app: &App,
+    filter: &JobFilter,
+    limit: usize,
+    cursor: Option<JobId>,
+) -> Result<JobPage, ApiError> {
+    // One more than asked tells whether another page follows.
+    let mut jobs = app.client.list(filter, limit + 1, cursor).await?;
+    let more = jobs.len() > limit;
+    jobs.truncate(limit);
+    let next_cursor = more
+        .then(|| jobs.last().map(|j| j.id.to_string()))
+        .flatten();
+    Ok(JobPage { jobs, next_cursor })
+}
+
+/// Lists jobs, newest first, a page at a time (stable while jobs are inserted).
+#[utoipa::path(get, path = "/jobs", tag = "jobs", params(ListParams),
+    responses(
+        (status = 200, description = "one page", body = JobPage),
+        (status = 422, description = "a bad parameter", body = super::error::ErrorBody),
+    ))]
+pub async fn list(
+    State(app): State<App>,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<JobPage>, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let (filter, limit, cursor) = params.parse()?;
+    Ok(Json(page(&app, &filter, limit, cursor).await?))
+}
+
+/// A job id from the path, or a 404.
+pub fn job_id(raw: &str) -> Result<JobId, ApiError> {
+    raw.parse::<JobId>().ok().filter(|n| *n > 0).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no job with id {raw:?}; ids are positive whole numbers"
+        ))
+    })
+}
+
+/// Shows a job with its whole history of attempts and snoozes (`errors`).
+#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 200, body = Job), (status = 404, body = super::error::ErrorBody)))]
+pub async fn show(State(app): State<App>, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    Ok(Json(app.client.get(job_id(&id)?).await?))
+}
+
+/// Retries a discarded, cancelled, retryable, scheduled or snoozed job now (one more attempt).
+#[utoipa::path(post, path = "/jobs/{id}/retry", tag = "jobs", params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 200, body = Job), (status = 404, body = super::error::ErrorBody), (status = 409, body = super::error::ErrorBody)))]
+pub async fn retry_one(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(app.client.retry(job_id(&id)?).await?))
+}
+
+/// Cancels a job: a waiting one at once; a running one is asked to stop (`cancel_requested`).
+#[utoipa::path(post, path = "/jobs/{id}/cancel", tag = "jobs", params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 200, body = Job), (status = 404, body = super::error::ErrorBody), (status = 409, body = super::error::ErrorBody)))]
+pub async fn cancel_one(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    let id = job_id(&id)?;
+    app.client.cancel(id).await?;
+    Ok(Json(app.client.get(id).await?))
+}
+
+/// Deletes a finished job (completed, discarded, cancelled).
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 204, description = "deleted"), (status = 404, body = super::error::ErrorBody), (status = 409, body = super::error::ErrorBody)))]
+pub async fn delete(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    app.client.delete(job_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The filter of a bulk action, in list form; at least one condition.
+#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkBody {
+    /// Only jobs in these states.
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// Only jobs of these kinds.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only jobs in these queues.
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// Only jobs carrying one of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Only these jobs.
+    #[serde(default)]
+    pub ids: Vec<JobId>,
+    /// Created at or after this instant (RFC 3339).
+    #[serde(default)]
+    pub created_after: Option<String>,
+    /// Created before this instant (RFC 3339).
+    #[serde(default)]
+    pub created_before: Option<String>,
+    /// Text in the args' JSON.
+    #[serde(default)]
+    pub q: Option<String>,
+    /// Only count: change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+impl BulkBody {
+    /// The filter; a 422 when it has no condition at all or a bad one.
+    pub fn filter(&self) -> Result<JobFilter, ApiError> {
+        let f = JobFilter {
+            ids: self.ids.clone(),
+            states: states("states", &self.states)?,
+            kinds: self.kinds.clone(),
+            queues: self.queues.clone(),
+            tags: self.tags.clone(),
+            created_after: self
+                .created_after
+                .as_deref()
+                .map(|v| instant("created_after", v))
+                .transpose()?,
+            created_before: self
+                .created_before
+                .as_deref()
+                .map(|v| instant("created_before", v))
+                .transpose()?,
+            q: self.q.clone().filter(|q| !q.is_empty()),
+            ..JobFilter::default()
+        };
+        if f == JobFilter::default() {
+            return Err(ApiError::invalid(
+                "give at least one condition (states, kinds, queues, tags, ids, created_after, created_before, q); to act on every job, name every state",
+            ));
+        }
+        Ok(f)
+    }
+}
+
+/// What a bulk action did (or, with `dry_run`, would do).
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub struct BulkAnswer {
+    /// Jobs matching the filter, in any state.
+    pub matched: u64,
+    /// Jobs retried (by `POST /jobs/retry`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried: Option<u64>,
+    /// Waiting jobs cancelled (by `POST /jobs/cancel`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<u64>,
+    /// Running jobs asked to stop (by `POST /jobs/cancel`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_requested: Option<u64>,
+    /// Jobs deleted (by `POST /jobs/delete`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<u64>,
+    /// Matching jobs left as they were: in a state the action does not apply to, or (retry)
+    /// another job holds their unique key.
+    pub refused: u64,
+    /// True when nothing was changed: the action figures are how many matches are in a state
+    /// the action applies to.
+    pub dry_run: bool,
+}
+
+/// Which bulk action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bulk {
+    /// Retry.
+    Retry,
+    /// Cancel.
+    Cancel,
+    /// Delete.
+    Delete,
+}
+
+impl Bulk {
+    fn applies_to(self) -> &'static [JobState] {
+        match self {
+            Bulk::Retry => &onus::store::RETRYABLE_STATES,
+            Bulk::Cancel => &onus::store::CANCELLABLE_STATES,
+            Bulk::Delete => &onus::store::DELETABLE_STATES,
+        }
+    }
+}
+
+/// Runs a bulk action over every job matching `body`: what the API's and the panel's bulk
+/// buttons do.
+pub async fn bulk(app: &App, action: Bulk, body: &BulkBody) -> Result<BulkAnswer, ApiError> {
+    let filter = body.filter()?;
+    let matched = app.client.count(&filter).await?;
+    let mut a = BulkAnswer {
+        matched,
+        dry_run: body.dry_run,
+        ..BulkAnswer::default()
+    };
+    let acted = if body.dry_run {
+        let applicable: Vec<JobState> = if filter.states.is_empty() {
+            action.applies_to().to_vec()
+        } else {
+            filter
+                .states
+                .iter()
+                .filter(|s| action.applies_to().contains(s))
+                .copied()
+                .collect()
+        };
+        let n = if applicable.is_empty() {
+            0
+        } else {
+            app.client
+                .count(&JobFilter {
+                    states: applicable,
+                    ..filter.clone()
+                })
+                .await?
+        };
+        match action {
+            Bulk::Retry => a.retried = Some(n),
+            Bulk::Cancel => {
+                a.cancelled = Some(n);
+                a.cancel_requested = Some(0);
+            }
+            Bulk::Delete => a.deleted = Some(n),
+        }
+        n
+    } else {
+        match action {
+            Bulk::Retry => {
+                let out = app.client.retry_where(&filter).await?;
+                let n = out.retried.len() as u64;
+                a.retried = Some(n);
+                n
+            }
+            Bulk::Cancel => {
+                let out = app.client.cancel_where(&filter).await?;
+                a.cancelled = Some(out.cancelled.len() as u64);
+                a.cancel_requested = Some(out.requested.len() as u64);
+                (out.cancelled.len() + out.requested.len()) as u64
+            }
+            Bulk::Delete => {
+                let n = app.client.delete_where(&filter).await?.len() as u64;
+                a.deleted = Some(n);
+                n
+            }
+        }
+    };
+    a.refused = a.matched.saturating_sub(acted);
+    Ok(a)
+}
+
+/// Retries every job matching the filter (not just a page).
+#[utoipa::path(post, path = "/jobs/retry", tag = "jobs", request_body = BulkBody,
+    responses((status = 200, body = BulkAnswer), (status = 422, body = super::error::ErrorBody)))]
+pub async fn retry_many(
+    State(app): State<App>,
+    Body(body): Body<BulkBody>,
+) -> Result<Json<BulkAnswer>, ApiError> {
+    Ok(Json(bulk(&app, Bulk::Retry, &body).await?))
+}
+
+/// Cancels every job matching the filter.
+#[utoipa::path(post, path = "/jobs/cancel", tag = "jobs", request_body = BulkBody,
+    responses((status = 200, body = BulkAnswer), (status = 422, body = super::error::ErrorBody)))]
+pub async fn cancel_many(
+    State(app): State<App>,
+    Body(body): Body<BulkBody>,
+) -> Result<Json<BulkAnswer>, ApiError> {
+    Ok(Json(bulk(&app, Bulk::Cancel, &body).await?))
+}
+
+/// Deletes every finished job matching the filter.
+#[utoipa::path(post, path = "/jobs/delete", tag = "jobs", request_body = BulkBody,
+    responses((status = 200, body = BulkAnswer), (status = 422, body = super::error::ErrorBody)))]
+pub async fn delete_many(
+    State(app): State<App>,
+    Body(body): Body<BulkBody>,
+) -> Result<Json<BulkAnswer>, ApiError> {
+    Ok(Json(bulk(&app, Bulk::Delete, &body).await?))
+}

@@ -1,0 +1,245 @@
+//! The HTTP API under `/api/v1`, its OpenAPI document, and the root routes (`/healthz`,
+//! `/metrics`). Handlers are thin: each parses its input, calls one function of a service module
+//! (jobs, queues, webhooks, alerts, workers) and answers what it returns; the tasks panel calls
+//! the same functions.
+
+pub mod alerts;
+pub mod auth;
+pub mod body;
+pub mod error;
+pub mod jobs;
+pub mod queues;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+
+pub use auth::Auth;
+pub use body::Body;
+pub use error::ApiError;
+
+/// The default body limit (1 MiB); `body_limit` in onus.toml changes it.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+/// The body limit of `POST /jobs/batch` (32 MiB).
+pub const BATCH_BODY_LIMIT: usize = 32 << 20;
+
+/// How a kind's jobs are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HandledBy {
+    /// By a handler inside the server (the built-in kinds).
+    Process,
+    /// POSTed to the kind's URL (a worker in any language that the server calls).
+    Push,
+    /// Claimed by workers in any language through `POST /queues/{name}/claim`.
+    Pull,
+}
+
+/// What the server knows of one kind.
+#[derive(Debug, Clone)]
+pub struct KindInfo {
+    /// Its name.
+    pub name: String,
+    /// How its jobs are handled.
+    pub handled_by: HandledBy,
+    /// Its default queue.
+    pub queue: String,
+    /// Its policy, overrides applied.
+    pub policy: onus::Policy,
+    /// A push kind's URL.
+    pub url: Option<String>,
+}
+
+/// Settings of the front door.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The most bytes of a request body (the batch insert has its own, larger limit).
+    pub body: usize,
+    /// Whether `/metrics` answers without a token.
+    pub metrics_public: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body: DEFAULT_BODY_LIMIT,
+            metrics_public: false,
+        }
+    }
+}
+
+/// Everything a handler needs.
+#[derive(Debug)]
+pub struct Inner {
+    /// The job layer's client.
+    pub client: onus::Client,
+    /// The webhook service.
+    pub webhooks: onus_webhooks::Webhooks,
+    /// The token check.
+    pub auth: Auth,
+    /// Every kind the server knows, by name.
+    pub kinds: BTreeMap<String, KindInfo>,
+    /// The queues named in the configuration.
+    pub queues: Vec<String>,
+    /// Body limits and the like.
+    pub limits: Limits,
+}
+
+/// The shared state of every handler. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App(pub Arc<Inner>);
+
+impl std::ops::Deref for App {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl App {
+    /// The kind named `name`, or a 422 naming the known kinds.
+    pub fn known_kind(&self, field: &str, name: &str) -> Result<&KindInfo, ApiError> {
+        self.kinds.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.kinds.keys().map(String::as_str).collect();
+            ApiError::invalid(format!(
+                "{field}: unknown kind {name:?}; known kinds: {} (add one under [kinds.\"{name}\"] in onus.toml)",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let c = api.components.get_or_insert_with(Default::default);
+        c.add_security_scheme(
+            "token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Onus", description = "The Onus HTTP API: jobs, queues, kinds, webhooks, alerts and pull workers. Every call takes `Authorization: Bearer <token>`."),
+    modifiers(&Security),
+    security(("token" = [])),
+)]
+struct ApiDoc;
+
+/// The `/api/v1` routes and their OpenAPI document (paths relative to `/api/v1`).
+pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
+    let (batch, batch_doc) = OpenApiRouter::<App>::new()
+        .routes(utoipa_axum::routes!(jobs::insert_batch))
+        .layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT))
+        .split_for_parts();
+    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(utoipa_axum::routes!(jobs::insert, jobs::list))
+        .routes(utoipa_axum::routes!(jobs::show, jobs::delete))
+        .routes(utoipa_axum::routes!(jobs::retry_one))
+        .routes(utoipa_axum::routes!(jobs::cancel_one))
+        .routes(utoipa_axum::routes!(jobs::retry_many))
+        .routes(utoipa_axum::routes!(jobs::cancel_many))
+        .routes(utoipa_axum::routes!(jobs::delete_many))
+        .routes(utoipa_axum::routes!(queues::list_kinds))
+        .routes(utoipa_axum::routes!(queues::list_queues))
+        .routes(utoipa_axum::routes!(queues::pause))
+        .routes(utoipa_axum::routes!(queues::resume))
+        .routes(utoipa_axum::routes!(queues::list_periodic))
+        .routes(utoipa_axum::routes!(alerts::list))
+        .routes(utoipa_axum::routes!(alerts::ack))
+        .split_for_parts();
+    doc.merge(batch_doc);
+    (router.merge(batch), doc)
+}
+
+/// The OpenAPI document as served at `/api/v1/openapi.json` (paths with their `/api/v1` prefix).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, doc) = routes();
+    prefixed(doc)
+}
+
+fn prefixed(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    let paths = std::mem::take(&mut doc.paths.paths);
+    doc.paths.paths = paths
+        .into_iter()
+        .map(|(p, item)| (format!("/api/v1{p}"), item))
+        .collect();
+    doc
+}
+
+/// Answers of `/healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` or `unavailable`.
+    pub status: &'static str,
+    /// The backend (`sqlite`, `postgres`).
+    pub database: &'static str,
+    /// The server's version.
+    pub version: &'static str,
+    /// Why the database is unavailable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+async fn healthz(State(app): State<App>) -> (StatusCode, Json<Health>) {
+    let store = app.client.store();
+    let ok = tokio::time::timeout(Duration::from_secs(5), store.get(0)).await;
+    let (status, error) = match ok {
+        Ok(Ok(_)) => (StatusCode::OK, None),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, Some(e.to_string())),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("the database did not answer within 5 s".into()),
+        ),
+    };
+    (
+        status,
+        Json(Health {
+            status: if error.is_none() { "ok" } else { "unavailable" },
+            database: store.backend(),
+            version: env!("CARGO_PKG_VERSION"),
+            error,
+        }),
+    )
+}
+
+async fn openapi_json(State(doc): State<Arc<serde_json::Value>>) -> Json<serde_json::Value> {
+    Json((*doc).clone())
+}
+
+/// The whole application: `/healthz`, `/api/v1/...` behind the token, `/api/v1/openapi.json`.
+pub fn app(state: App) -> Router {
+    let (api, doc) = routes();
+    let doc = Arc::new(serde_json::to_value(prefixed(doc)).unwrap_or_default());
+    let protected = api
+        .layer(DefaultBodyLimit::max(state.limits.body))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .with_state(state.clone());
+    let open_doc = Router::new()
+        .route("/openapi.json", get(openapi_json))
+        .with_state(doc);
+    Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(state)
+        .nest("/api/v1", open_doc.merge(protected))
+        .fallback(|| async {
+            ApiError::not_found(
+                "no such route; the API is under /api/v1 (see /api/v1/openapi.json)",
+            )
+        })
+}

@@ -1,0 +1,9 @@
+-- Tags to find jobs by (a JSON array of strings), and queues paused by hand.
+ALTER TABLE onus_jobs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+
+-- A queue with paused_at set claims nothing in any process until resumed.
+CREATE TABLE onus_queues (
+    name       TEXT PRIMARY KEY,
+    paused_at  INTEGER,
+    updated_at INTEGER NOT NULL
+);

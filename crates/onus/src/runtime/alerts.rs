@@ -1,0 +1,82 @@
+//! Alerts raised by exhausted jobs, as a front door lists and acknowledges them. Written once on
+//! the shared database layer.
+
+use crate::db::{Db, FromRow, Row, Sql};
+use crate::store::Alert;
+use crate::StoreResult;
+
+use super::{Client, Error};
+
+const ALERTS: &str = "onus_alerts";
+
+static OPEN_FIRST: Sql = Sql::new(
+    ALERTS,
+    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
+     ORDER BY CASE WHEN acked_at IS NULL THEN 0 ELSE 1 END, id DESC LIMIT $1",
+);
+
+static ONE: Sql = Sql::new(
+    ALERTS,
+    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts WHERE id = $1",
+);
+
+static OPEN_COUNT: Sql = Sql::new(
+    ALERTS,
+    "SELECT COUNT(*) AS n FROM onus_alerts WHERE acked_at IS NULL",
+);
+
+impl FromRow for Alert {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Alert {
+            id: r.get("id")?,
+            job_id: r.get("job_id")?,
+            kind: r.get("kind")?,
+            message: r.get("message")?,
+            created_at: r.get("created_at")?,
+            acked_at: r.get("acked_at")?,
+        })
+    }
+}
+
+struct Count(i64);
+
+impl FromRow for Count {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Count(r.get("n")?))
+    }
+}
+
+impl Client {
+    /// Up to `limit` alerts: open ones first, newest first within each.
+    pub async fn alerts(&self, limit: usize) -> Result<Vec<Alert>, Error> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(Db::new(self.shared.store.clone())
+            .read_rows(&OPEN_FIRST, vec![limit.into()])
+            .await?)
+    }
+
+    /// How many alerts are open.
+    pub async fn open_alerts(&self) -> Result<u64, Error> {
+        let rows: Vec<Count> = Db::new(self.shared.store.clone())
+            .read_rows(&OPEN_COUNT, Vec::new())
+            .await?;
+        Ok(rows.first().map_or(0, |c| c.0.max(0) as u64))
+    }
+
+    /// One alert, if there is one with that id.
+    pub async fn alert(&self, id: i64) -> Result<Option<Alert>, Error> {
+        let rows: Vec<Alert> = Db::new(self.shared.store.clone())
+            .read_rows(&ONE, vec![id.into()])
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Acknowledges an alert (again: keeps the first time) and returns it; `None` when there is
+    /// none with that id.
+    pub async fn ack_alert(&self, id: i64) -> Result<Option<Alert>, Error> {
+        if !self.shared.store.ack_alert(id, self.now()).await? {
+            return Ok(None);
+        }
+        self.alert(id).await
+    }
+}
