@@ -43,6 +43,16 @@ pub struct Parts {
 /// retention. Touches no database: migrate with [`Onus::migrate`] (or check with
 /// [`Onus::check_migrations`]).
 pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Parts, String> {
+    runtime_with(store, file, |b| b)
+}
+
+/// [`runtime`], with `customize` applied to the builder last (tests set a manual clock or add
+/// kinds of their own with it).
+pub fn runtime_with(
+    store: Arc<dyn Store>,
+    file: &FileConfig,
+    customize: impl FnOnce(onus::Builder) -> onus::Builder,
+) -> Result<Parts, String> {
     let webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
     let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
     let hooks =
@@ -78,32 +88,28 @@ pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Parts, String
         retention,
         ..onus::Options::default()
     });
-    let onus = b.build().map_err(|e| format!("configuration: {e}"))?;
+    let onus = customize(b)
+        .build()
+        .map_err(|e| format!("configuration: {e}"))?;
     let mut kinds = BTreeMap::new();
-    let names = BUILT_IN
-        .iter()
-        .map(|s| s.to_string())
-        .chain(file.kinds.keys().cloned());
-    for name in names {
-        let Some(kind) = onus.kind(&name) else {
-            continue;
-        };
-        let cfg = file.kinds.get(&name);
-        let handled_by = if BUILT_IN.contains(&name.as_str()) {
-            HandledBy::Process
-        } else if cfg.is_some_and(|k| k.url.is_some()) {
+    for kind in onus.kinds() {
+        let name = kind.name().to_string();
+        let url = file.kinds.get(&name).and_then(|k| k.url.clone());
+        let handled_by = if url.is_some() {
             HandledBy::Push
+        } else if kind.is_handled() {
+            HandledBy::Process
         } else {
             HandledBy::Pull
         };
         kinds.insert(
             name.clone(),
             KindInfo {
-                name: name.clone(),
+                name,
                 handled_by,
                 queue: kind.queue_name().to_string(),
                 policy: kind.policy_ref().clone(),
-                url: cfg.and_then(|k| k.url.clone()),
+                url,
             },
         );
     }
@@ -236,11 +242,21 @@ impl Server {
 
 /// Opens the database, migrates (or checks), and returns the parts and the handlers' state.
 pub async fn prepare(file: &FileConfig, url: &str, migrate: bool) -> Result<(Parts, App), String> {
+    prepare_with(file, url, migrate, |b| b).await
+}
+
+/// [`prepare`], with `customize` applied to the runtime's builder (see [`runtime_with`]).
+pub async fn prepare_with(
+    file: &FileConfig,
+    url: &str,
+    migrate: bool,
+    customize: impl FnOnce(onus::Builder) -> onus::Builder,
+) -> Result<(Parts, App), String> {
     // Every line, the job layer's included, is migrated (and logged) by `Onus::migrate` below.
     let store = onus::open_with(url, false)
         .await
         .map_err(|e| e.to_string())?;
-    let parts = runtime(store, file)?;
+    let parts = runtime_with(store, file, customize)?;
     if migrate {
         for a in parts.onus.migrate().await.map_err(|e| e.to_string())? {
             tracing::info!(line = %a.line, version = a.version, file = %a.name, "migration applied");

@@ -125,7 +125,13 @@ impl Kind {
         &self.policy
     }
 
-    /// The kind's default queue.
+    /// Whether this process runs its jobs (a kind without a handler is known for its policy and
+    /// queue only: its jobs are run elsewhere, by pull workers say).
+    pub fn is_handled(&self) -> bool {
+        self.handler.is_some()
+    }
+
+    /// Its default queue.
     pub fn queue_name(&self) -> &str {
         &self.queue
     }

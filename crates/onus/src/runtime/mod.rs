@@ -484,6 +484,13 @@ impl Onus {
         self.shared.kinds.get(name)
     }
 
+    /// Every kind it knows, by name.
+    pub fn kinds(&self) -> impl Iterator<Item = &Kind> {
+        let mut v: Vec<&Kind> = self.shared.kinds.values().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v.into_iter()
+    }
+
     /// The identity this process leases jobs under.
     pub fn owner(&self) -> &str {
         &self.shared.owner

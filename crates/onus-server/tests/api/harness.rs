@@ -1,0 +1,157 @@
+//! One server per test, in this process, on a real listener on loopback, over a real database
+//! of either backend; calls go through a real HTTP client.
+
+use std::time::Duration;
+
+use onus::{JobContext, JobError, JobFilter, Kind, Periodic, Policy, Schedule};
+use onus_server::serve::{self, Parts, Server};
+use onus_testkit::{Backend, TestDb};
+use serde_json::{json, Value};
+
+/// The configuration every API test runs under: a pull kind with a policy override, a queue.
+pub const CONFIG: &str = r#"
+[queues]
+default = 4
+reports = 2
+
+[kinds."report.build"]
+queue = "reports"
+[kinds."report.build".policy]
+max_attempts = 3
+backoff = { schedule = ["10s", "1m"] }
+"#;
+
+/// An in-process kind that completes at once.
+pub const ECHO: &str = "test.echo";
+/// An in-process kind that fails once, exhausted, with an alert.
+pub const FAIL: &str = "test.fail";
+
+pub struct World {
+    /// Kept for the test's length: the database and the server live as long as the world.
+    _db: TestDb,
+    _server: Server,
+    pub parts: Parts,
+    pub base: String,
+    pub token: String,
+    pub http: reqwest::Client,
+}
+
+pub async fn api(backend: Backend) -> World {
+    api_with(backend, CONFIG).await
+}
+
+pub async fn api_with(backend: Backend, toml: &str) -> World {
+    let db = TestDb::new(backend).await;
+    let file = onus_server::config::parse(toml).unwrap();
+    let (parts, app) = serve::prepare_with(&file, &db.url, true, |b| {
+        b.kind(Kind::new(ECHO).handler(|_ctx: JobContext| async { Ok(()) }))
+            .kind(
+                Kind::new(FAIL)
+                    .policy(Policy {
+                        max_attempts: 1,
+                        alert_on_exhaustion: true,
+                        ..Policy::preset_default()
+                    })
+                    .handler(|_ctx: JobContext| async {
+                        Err(JobError::retryable("the test says no"))
+                    }),
+            )
+            .periodic(Periodic::new(
+                "nightly-report",
+                Schedule::cron("0 3 * * *").unwrap(),
+                onus::NewJob::new("report.build", json!({"period": "night"})),
+            ))
+    })
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = Server::start(&parts, app, listener).unwrap();
+    let token = parts
+        .secrets
+        .valid(onus_server::secrets::API_TOKEN, chrono::Utc::now())
+        .await
+        .unwrap()
+        .remove(0)
+        .value;
+    World {
+        base: format!("http://{}", server.addr),
+        _db: db,
+        parts,
+        _server: server,
+        token,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl World {
+    /// A call with the right token; the answer's status and JSON (`null` for an empty body).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+        self.raw(method, path, Some(&self.token.clone()), bytes)
+            .await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call("POST", path, Some(body)).await
+    }
+
+    /// Any call: `token` as the bearer (none when `None`), `body` as sent.
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", self.base),
+        );
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap();
+        let v = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, v)
+    }
+
+    /// Everything the API could change, to compare before and after a refused call.
+    pub async fn fingerprint(&self) -> Value {
+        let c = self.parts.onus.client();
+        let jobs = c.list(&JobFilter::default(), 100_000, None).await.unwrap();
+        let alerts = c.alerts(100_000).await.unwrap();
+        let paused = c.paused_queues().await.unwrap();
+        let endpoints = self.parts.webhooks.endpoints().await.unwrap();
+        json!({"jobs": jobs, "alerts": alerts, "paused": paused, "endpoints": endpoints})
+    }
+
+    /// Waits until the job reaches a finished state (or `done` holds), at most 20 s.
+    pub async fn wait_job(&self, id: i64, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (s, j) = self.get(&format!("/api/v1/jobs/{id}")).await;
+            assert_eq!(s, 200, "{j}");
+            if done(&j) {
+                return j;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} did not get there: {j}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

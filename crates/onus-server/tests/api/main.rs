@@ -1,0 +1,31 @@
+//! The HTTP API, call by call, on both backends: a real server on loopback, a real client.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+mod admin;
+mod errors;
+mod harness;
+mod jobs;
+mod openapi;
+
+onus_testkit::both!(
+    setup = crate::harness::api;
+    jobs: [
+        insert_show_and_a_unique_key_answers_the_holder,
+        a_batch_answers_in_order_and_inserts_all_or_nothing,
+        list_filters_and_pages_stably_while_jobs_arrive,
+        retry_cancel_and_delete_one_job,
+        bulk_actions_reach_every_match_and_a_dry_run_changes_nothing,
+    ],
+    errors: [
+        refused_calls_say_why_and_change_nothing,
+        healthz_needs_no_token_and_the_body_limit_is_configurable,
+    ],
+    admin: [
+        kinds_show_how_each_is_handled_and_its_timeline,
+        a_paused_queue_runs_nothing_until_resumed,
+        periodic_jobs_are_listed_with_their_next_run,
+        an_exhausted_job_raises_an_alert_that_is_acknowledged,
+    ],
+    openapi: [every_documented_route_is_served_and_every_route_documented],
+);
