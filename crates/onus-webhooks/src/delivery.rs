@@ -52,15 +52,23 @@ impl Webhooks {
         let signature =
             crate::signing::signature_header(&endpoint.secrets, &event.id, stamp, &body)
                 .map_err(JobError::discard_err)?;
+        // The endpoint's own headers first; the signed ones are ours (creation refuses those
+        // names among the endpoint's headers).
+        let mut headers: Vec<(String, String)> = endpoint
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        headers.extend([
+            (CONTENT_TYPE.into(), "application/json".into()),
+            (WEBHOOK_ID.into(), event.id.to_string()),
+            (WEBHOOK_TIMESTAMP.into(), stamp.to_string()),
+            (WEBHOOK_SIGNATURE.into(), signature),
+        ]);
         let request = Request {
             method: "POST".into(),
             url: endpoint.url.clone(),
-            headers: vec![
-                (CONTENT_TYPE.into(), "application/json".into()),
-                (WEBHOOK_ID.into(), event.id.to_string()),
-                (WEBHOOK_TIMESTAMP.into(), stamp.to_string()),
-                (WEBHOOK_SIGNATURE.into(), signature),
-            ],
+            headers,
             body: Some(body),
         };
         Ok(Prepared {

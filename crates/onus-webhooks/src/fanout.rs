@@ -1,4 +1,4 @@
-//! Fan-out: one delivery job per enabled, subscribed endpoint, unique per event and endpoint, five
+//! Fan-out: one delivery job per enabled, subscribed endpoint of the event's tenant, unique per event and endpoint, five
 //! minutes out for an endpoint that is failing (cooldown) and at once for a healthy one.
 
 use onus::{JobContext, JobResult, NewJob};
@@ -12,8 +12,20 @@ impl Webhooks {
         let now = ctx.now();
         let client = ctx.client();
         let mut deliveries = Vec::new();
-        for e in self.endpoints().await? {
-            let subscribed = e.event_types.is_empty() || e.event_types.contains(&event.event_type);
+        let candidates = match &event.tenant {
+            Some(t) => self.endpoints_of(Some(t)).await?,
+            None => self.endpoints().await?,
+        };
+        for e in candidates {
+            // An event of tenant T reaches only T's endpoints; one without a tenant only
+            // endpoints without one. A test event goes to its one endpoint.
+            if e.tenant != event.tenant {
+                continue;
+            }
+            let subscribed = match &event.only_endpoint {
+                Some(only) => *only == e.id,
+                None => e.event_types.is_empty() || e.event_types.contains(&event.event_type),
+            };
             if !e.enabled || !subscribed {
                 continue;
             }

@@ -24,7 +24,7 @@ mod sql;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use onus::db::{Db, Tx};
+use onus::db::{Db, Tx, Value};
 use onus::{
     Builder, Component, JobContext, JobError, JobFilter, JobState, Kind, NewJob, Policy, Store,
     Timestamp,
@@ -35,8 +35,8 @@ pub use delivery::{CONTENT_TYPE, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAM
 pub use error::Error;
 pub use ids::{AttemptId, EndpointId, EventId};
 pub use model::{
-    DeliverArgs, DeliveryAttempt, Endpoint, Event, FanoutArgs, NewEndpoint, Outcome,
-    MAX_PAYLOAD_BYTES,
+    DeliverArgs, DeliveryAttempt, Endpoint, EndpointUpdate, Event, FanoutArgs, NewEndpoint,
+    Outcome, MAX_PAYLOAD_BYTES,
 };
 pub use sql::MIGRATIONS;
 
@@ -200,6 +200,11 @@ impl Webhooks {
     /// Creates an endpoint; the answer is the only place its secret is shown.
     pub async fn create_endpoint(&self, new: NewEndpoint) -> Result<(Endpoint, String), Error> {
         let url = endpoint_url(&new.url)?;
+        if let Some(t) = &new.tenant {
+            check_tenant(t)?;
+        }
+        check_headers(&new.headers)?;
+        check_event_types(&new.event_types)?;
         let secret = match new.secret {
             Some(s) => {
                 signing::check_secret(&s)?;
@@ -214,6 +219,8 @@ impl Webhooks {
             event_types: new.event_types,
             secret: secret.clone(),
             now: self.client()?.now(),
+            tenant: new.tenant,
+            headers: new.headers,
         };
         let ep = self
             .inner
@@ -277,6 +284,69 @@ impl Webhooks {
         Ok(self.inner.db.read_rows(&sql::ALL_ENDPOINTS, vec![]).await?)
     }
 
+    /// The endpoints of one tenant (`None`: every endpoint).
+    pub async fn endpoints_of(&self, tenant: Option<&str>) -> Result<Vec<Endpoint>, Error> {
+        match tenant {
+            None => self.endpoints().await,
+            Some(t) => Ok(self
+                .inner
+                .db
+                .read_rows(&sql::TENANT_ENDPOINTS, vec![t.into()])
+                .await?),
+        }
+    }
+
+    /// Changes an endpoint's URL, event types, note or headers (its tenant and secrets stay).
+    pub async fn update_endpoint(&self, id: &str, up: EndpointUpdate) -> Result<Endpoint, Error> {
+        let ep = self.endpoint(id).await?;
+        let url = match &up.url {
+            Some(u) => endpoint_url(u)?,
+            None => ep.url,
+        };
+        if let Some(h) = &up.headers {
+            check_headers(h)?;
+        }
+        if let Some(t) = &up.event_types {
+            check_event_types(t)?;
+        }
+        let params = vec![
+            url.into(),
+            up.description.unwrap_or(ep.description).into(),
+            Value::json(&up.event_types.unwrap_or(ep.event_types))?,
+            Value::json(&up.headers.unwrap_or(ep.headers))?,
+            self.client()?.now().into(),
+            (&ep.id).into(),
+        ];
+        let mut rows: Vec<Endpoint> = self.inner.db.fetch(&sql::UPDATE_ENDPOINT, params).await?;
+        let mut updated = rows
+            .pop()
+            .ok_or_else(|| Error::NotFound(format!("no endpoint with id {id}")))?;
+        updated.busy_until = ep.busy_until;
+        Ok(updated)
+    }
+
+    /// Sends a `webhook.test` event to this endpoint alone (whatever its event types), as a new
+    /// event of its tenant; returns the event.
+    pub async fn send_test(&self, id: &str) -> Result<Event, Error> {
+        let ep = self.endpoint(id).await?;
+        if !ep.enabled {
+            return Err(Error::Conflict(format!(
+                "endpoint {id} is disabled; enable it before sending a test"
+            )));
+        }
+        let now = self.client()?.now();
+        let (event, _) = self
+            .publish_event(NewEvent {
+                event_type: TEST_EVENT.into(),
+                payload: serde_json::json!({"type": TEST_EVENT, "endpoint_id": ep.id, "sent_at": now}),
+                id: None,
+                tenant: ep.tenant.clone(),
+                only_endpoint: Some(ep.id.clone()),
+            })
+            .await?;
+        Ok(event)
+    }
+
     /// Deletes an endpoint; its pending deliveries are discarded when they come due.
     pub async fn delete_endpoint(&self, id: &str) -> Result<(), Error> {
         let n = self
@@ -325,6 +395,15 @@ impl Webhooks {
     /// Runs every discarded delivery to the endpoint from the last 14 days (at most 10,000) again,
     /// one more attempt each. Returns the jobs retried.
     pub async fn redeliver(&self, id: &str) -> Result<Vec<i64>, Error> {
+        self.redeliver_since(id, None).await
+    }
+
+    /// [`Webhooks::redeliver`], from `since` instead of the window's start when given.
+    pub async fn redeliver_since(
+        &self,
+        id: &str,
+        since: Option<Timestamp>,
+    ) -> Result<Vec<i64>, Error> {
         let ep = self.endpoint(id).await?;
         if !ep.enabled {
             return Err(Error::Conflict(format!(
@@ -332,7 +411,8 @@ impl Webhooks {
             )));
         }
         let client = self.client()?;
-        let since = onus::clock::sub(client.now(), self.inner.cfg.redeliver_window);
+        let since = since
+            .unwrap_or_else(|| onus::clock::sub(client.now(), self.inner.cfg.redeliver_window));
         let f = JobFilter {
             kinds: vec![DELIVER.into()],
             states: vec![JobState::Discarded],
@@ -352,19 +432,130 @@ impl Webhooks {
         payload: serde_json::Value,
         id: Option<String>,
     ) -> Result<Event, Error> {
-        if let Some(id) = &id {
+        let new = NewEvent {
+            event_type: event_type.to_string(),
+            payload,
+            id,
+            tenant: None,
+            only_endpoint: None,
+        };
+        Ok(self.publish_event(new).await?.0)
+    }
+
+    /// Publishes an event of a tenant (or of none); true when it is new. The same id again with
+    /// the same type, payload and tenant answers the stored event and delivers nothing twice;
+    /// with anything else it is a [`Error::Conflict`].
+    pub async fn publish_event(&self, new: NewEvent) -> Result<(Event, bool), Error> {
+        if let Some(id) = &new.id {
             if let Some(existing) = self.event_opt(&EventId::parse(id)?).await? {
-                return Ok(existing); // published before: nothing is delivered twice
+                same_event(&existing, &new)?;
+                return Ok((existing, false)); // published before: nothing is delivered twice
             }
         }
-        let p = self.prepare_publish(event_type, payload, id)?;
+        let p = self.prepare_publish(new.clone())?;
         let id = p.event.id.clone();
-        self.inner
+        let fresh = self
+            .inner
             .db
             .tx(move |tx| Box::pin(write_publish(tx, p)))
             .await?;
         self.client()?.notify_inserted(onus::DEFAULT_QUEUE);
-        self.event(&id).await
+        let stored = self.event(&id).await?;
+        if fresh.is_none() {
+            // A concurrent publish of the same id won.
+            same_event(&stored, &new)?;
+        }
+        Ok((stored, fresh.is_some()))
+    }
+
+    /// Events, newest first: of one tenant and one type when given, after `cursor` (the last
+    /// event of the previous page), at most `limit`.
+    pub async fn events(
+        &self,
+        tenant: Option<&str>,
+        event_type: Option<&str>,
+        limit: usize,
+        cursor: Option<&Event>,
+    ) -> Result<Vec<Event>, Error> {
+        let params = vec![
+            tenant.into(),
+            event_type.into(),
+            cursor.map(|e| e.created_at).into(),
+            cursor.map(|e| e.id.to_string()).into(),
+            (limit.min(10_000) as i64).into(),
+        ];
+        Ok(self.inner.db.read_rows(&sql::EVENTS_PAGE, params).await?)
+    }
+
+    /// An endpoint's delivery attempts, newest first, after `cursor` (the last attempt of the
+    /// previous page), at most `limit`.
+    pub async fn endpoint_attempts(
+        &self,
+        id: &str,
+        limit: usize,
+        cursor: Option<&DeliveryAttempt>,
+    ) -> Result<Vec<DeliveryAttempt>, Error> {
+        let ep = self.endpoint(id).await?;
+        let params = vec![
+            (&ep.id).into(),
+            cursor.map(|a| a.attempted_at).into(),
+            cursor.map(|a| a.id.to_string()).into(),
+            (limit.min(10_000) as i64).into(),
+        ];
+        Ok(self
+            .inner
+            .db
+            .read_rows(&sql::ATTEMPTS_OF_ENDPOINT, params)
+            .await?)
+    }
+
+    /// One attempt by id, among an endpoint's or an event's (a cursor names it).
+    pub async fn attempt(&self, id: &str) -> Result<Option<DeliveryAttempt>, Error> {
+        let mut rows: Vec<DeliveryAttempt> = self
+            .inner
+            .db
+            .read_rows(&sql::ATTEMPT, vec![id.into()])
+            .await?;
+        Ok(rows.pop())
+    }
+
+    /// The deliveries of an event: one per endpoint it fanned out to, each with its job's state
+    /// and its attempts, oldest first.
+    pub async fn deliveries(&self, event_id: &str) -> Result<Vec<Delivery>, Error> {
+        let event = self.event(event_id).await?;
+        let rows: Vec<sql::DeliveryRow> = self
+            .inner
+            .db
+            .read_rows(&sql::DELIVERIES_OF_EVENT, vec![(&event.id).into()])
+            .await?;
+        let attempts = self.attempts(event_id).await?;
+        let client = self.client()?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let mine: Vec<DeliveryAttempt> = attempts
+                .iter()
+                .filter(|a| a.endpoint_id == r.endpoint_id)
+                .cloned()
+                .collect();
+            // Deliveries recorded before their job was: the job of their attempts.
+            let job_id = r.job_id.or_else(|| mine.first().map(|a| a.job_id));
+            let state = match job_id {
+                Some(j) => match client.get(j).await {
+                    Ok(job) => Some(job.state),
+                    Err(onus::Error::Store(onus::StoreError::NotFound(_))) => None,
+                    Err(e) => return Err(e.into()),
+                },
+                None => None,
+            };
+            out.push(Delivery {
+                endpoint_id: r.endpoint_id,
+                job_id,
+                state,
+                created_at: r.created_at,
+                attempts: mine,
+            });
+        }
+        Ok(out)
     }
 
     /// Publishes an event inside `tx`, the caller's own open transaction (an
@@ -380,21 +571,49 @@ impl Webhooks {
         payload: serde_json::Value,
         id: Option<String>,
     ) -> Result<EventId, Error> {
-        let p = self.prepare_publish(event_type, payload, id)?;
-        write_publish(tx, p).await
+        let new = NewEvent {
+            event_type: event_type.to_string(),
+            payload,
+            id,
+            tenant: None,
+            only_endpoint: None,
+        };
+        self.publish_event_in(tx, new).await
+    }
+
+    /// [`Webhooks::publish_in`] for an event of a tenant. The same id again publishes nothing.
+    pub async fn publish_event_in<T: Tx + ?Sized>(
+        &self,
+        tx: &T,
+        new: NewEvent,
+    ) -> Result<EventId, Error> {
+        let p = self.prepare_publish(new)?;
+        let id = p.event.id.clone();
+        write_publish(tx, p).await?;
+        Ok(id)
     }
 
     /// Checks an event and prepares its rows.
-    fn prepare_publish(
-        &self,
-        event_type: &str,
-        payload: serde_json::Value,
-        id: Option<String>,
-    ) -> Result<Publish, Error> {
-        if event_type.trim().is_empty() || event_type.len() > 200 {
+    fn prepare_publish(&self, new: NewEvent) -> Result<Publish, Error> {
+        let NewEvent {
+            event_type,
+            payload,
+            id,
+            tenant,
+            only_endpoint,
+        } = new;
+        let event_type = event_type.as_str();
+        if event_type.trim().is_empty()
+            || event_type.len() > 200
+            || event_type.chars().any(char::is_control)
+        {
             return Err(Error::Invalid(
-                "an event needs a type of 1 to 200 characters, such as \"invoice.paid\"".into(),
+                "type: an event needs a type of 1 to 200 characters, such as \"invoice.paid\""
+                    .into(),
             ));
+        }
+        if let Some(t) = &tenant {
+            check_tenant(t)?;
         }
         let client = self.client()?;
         let id = match id {
@@ -429,6 +648,8 @@ impl Webhooks {
                 event_type: event_type.to_string(),
                 payload,
                 now: client.now(),
+                tenant,
+                only_endpoint,
             },
             fanout,
         })
@@ -479,17 +700,142 @@ impl Webhooks {
 }
 
 /// Writes a checked event and, when it is new, its fan-out job.
-async fn write_publish<T: Tx + ?Sized>(tx: &T, p: Publish) -> Result<EventId, Error> {
-    sql::insert_event(tx, &p.event, p.fanout).await?;
-    Ok(p.event.id)
+/// Writes the event and its fan-out; the id when the event is new, `None` when one with its id
+/// was there already.
+async fn write_publish<T: Tx + ?Sized>(tx: &T, p: Publish) -> Result<Option<EventId>, Error> {
+    let fresh = sql::insert_event(tx, &p.event, p.fanout).await?;
+    Ok(fresh.then_some(p.event.id))
 }
 
-fn endpoint_url(url: &str) -> Result<String, Error> {
-    let ok = url.starts_with("http://") || url.starts_with("https://");
-    if !ok || url.len() > 2048 || url.contains(char::is_whitespace) {
+/// The type of the event `POST /endpoints/{id}/test` sends.
+pub const TEST_EVENT: &str = "webhook.test";
+
+/// An event to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// Its type, such as `invoice.paid`.
+    pub event_type: String,
+    /// The JSON body.
+    pub payload: serde_json::Value,
+    /// The publisher's id for it (1 to 100 letters, digits, `_`, `-`); made when absent.
+    pub id: Option<String>,
+    /// The tenant whose endpoints receive it; none: endpoints without a tenant.
+    pub tenant: Option<String>,
+    /// Only this endpoint receives it (test events).
+    pub only_endpoint: Option<EndpointId>,
+}
+
+/// One delivery of an event: the endpoint it went to, its job and its attempts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Delivery {
+    /// The endpoint.
+    pub endpoint_id: EndpointId,
+    /// The delivery job (none once retention removed it).
+    pub job_id: Option<i64>,
+    /// Where the job stands (none once retention removed it).
+    pub state: Option<JobState>,
+    /// When the fan-out made it.
+    pub created_at: Timestamp,
+    /// Every attempt, oldest first.
+    pub attempts: Vec<DeliveryAttempt>,
+}
+
+fn same_event(stored: &Event, new: &NewEvent) -> Result<(), Error> {
+    let differs = if stored.event_type != new.event_type {
+        Some("type")
+    } else if stored.payload != new.payload {
+        Some("payload")
+    } else if stored.tenant != new.tenant {
+        Some("tenant")
+    } else {
+        None
+    };
+    match differs {
+        None => Ok(()),
+        Some(what) => Err(Error::Conflict(format!(
+            "event {} was published before with another {what}; an id names one event: publish the new one under a new id",
+            stored.id
+        ))),
+    }
+}
+
+fn endpoint_url(raw: &str) -> Result<String, Error> {
+    let bad = |why: &str| {
+        Error::Invalid(format!(
+            "url: {raw:?} {why}; write it like https://example.com/webhooks"
+        ))
+    };
+    if raw.len() > 2048 || raw.contains(char::is_whitespace) {
+        return Err(bad(
+            "is not an endpoint URL (at most 2048 characters, no spaces)",
+        ));
+    }
+    let u = url::Url::parse(raw).map_err(|e| bad(&format!("is not a URL ({e})")))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(bad("has another scheme than http or https"));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no host"));
+    }
+    Ok(raw.to_string())
+}
+
+fn check_tenant(t: &str) -> Result<(), Error> {
+    if t.is_empty() || t.len() > 200 || t.chars().any(char::is_control) {
         return Err(Error::Invalid(format!(
-            "{url:?} is not an endpoint URL; write it like https://example.com/webhooks (http or https, at most 2048 characters)"
+            "tenant: {t:?} is not a tenant; give 1 to 200 characters without control characters"
         )));
     }
-    Ok(url.to_string())
+    Ok(())
+}
+
+fn check_event_types(types: &[String]) -> Result<(), Error> {
+    for t in types {
+        if t.trim().is_empty() || t.len() > 200 || t.chars().any(char::is_control) {
+            return Err(Error::Invalid(format!(
+                "event_types: {t:?} is not an event type; give 1 to 200 characters, such as \"invoice.paid\""
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Headers an endpoint may not set: the signed ones and those the transport owns.
+const RESERVED_HEADERS: [&str; 8] = [
+    WEBHOOK_ID,
+    WEBHOOK_TIMESTAMP,
+    WEBHOOK_SIGNATURE,
+    CONTENT_TYPE,
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "connection",
+];
+
+fn check_headers(h: &std::collections::BTreeMap<String, String>) -> Result<(), Error> {
+    if h.len() > 20 {
+        return Err(Error::Invalid("headers: at most 20 headers".into()));
+    }
+    for (k, v) in h {
+        let name_ok = !k.is_empty()
+            && k.len() <= 100
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !name_ok {
+            return Err(Error::Invalid(format!(
+                "headers: {k:?} is not a header name (letters, digits and -, at most 100)"
+            )));
+        }
+        if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
+            return Err(Error::Invalid(format!(
+                "headers: {k} is set by Onus on every delivery; choose another header"
+            )));
+        }
+        if v.len() > 4096 || v.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+            return Err(Error::Invalid(format!(
+                "headers: the value of {k} must be at most 4096 characters without control characters"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,7 @@
 //! The records: endpoints, events, delivery attempts, and the args of the webhook kinds.
 
+use std::collections::BTreeMap;
+
 use onus::db::{FromRow, FromValue, Json, Row, Value};
 use onus::{StoreResult, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -13,8 +15,13 @@ pub struct Endpoint {
     pub id: EndpointId,
     /// The URL deliveries are POSTed to.
     pub url: String,
+    /// The tenant (a customer of the team) it belongs to: it receives only that tenant's events;
+    /// an endpoint without one receives only events without one.
+    pub tenant: Option<String>,
     /// A note from whoever created it.
     pub description: String,
+    /// Headers sent with every delivery.
+    pub headers: BTreeMap<String, String>,
     /// The event types it receives; empty means every type.
     pub event_types: Vec<String>,
     /// The active signing secrets, newest first (`whsec_...`). Shown only on creation and rotation.
@@ -39,7 +46,9 @@ impl std::fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("id", &self.id)
             .field("url", &self.url)
+            .field("tenant", &self.tenant)
             .field("description", &self.description)
+            .field("headers", &format_args!("[{} hidden]", self.headers.len()))
             .field("event_types", &self.event_types)
             .field("secrets", &format_args!("[{} hidden]", self.secrets.len()))
             .field("enabled", &self.enabled)
@@ -57,7 +66,9 @@ impl FromRow for Endpoint {
         Ok(Endpoint {
             id: r.get("id")?,
             url: r.get("url")?,
+            tenant: r.get("tenant")?,
             description: r.get("description")?,
+            headers: r.get::<Json<BTreeMap<String, String>>>("headers")?.0,
             event_types: r.get::<Json<Vec<String>>>("event_types")?.0,
             secrets: r.get::<Json<Vec<String>>>("secrets")?.0,
             enabled: r.get("enabled")?,
@@ -85,6 +96,41 @@ pub struct NewEndpoint {
     /// A note.
     #[serde(default)]
     pub description: String,
+    /// The tenant it belongs to (see [`Endpoint::tenant`]).
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Headers sent with every delivery.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Changes to an endpoint; absent fields stay as they are. Its `Debug` output hides headers.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointUpdate {
+    /// A new URL.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// New event types (empty: every type).
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    /// A new note.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// New headers (replacing all of them).
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+impl std::fmt::Debug for EndpointUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointUpdate")
+            .field("url", &self.url)
+            .field("event_types", &self.event_types)
+            .field("description", &self.description)
+            .field("headers", &self.headers.as_ref().map(|h| h.len()))
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for NewEndpoint {
@@ -94,6 +140,8 @@ impl std::fmt::Debug for NewEndpoint {
             .field("event_types", &self.event_types)
             .field("secret", &self.secret.as_ref().map(|_| "(hidden)"))
             .field("description", &self.description)
+            .field("tenant", &self.tenant)
+            .field("headers", &format_args!("[{} hidden]", self.headers.len()))
             .finish()
     }
 }
@@ -111,6 +159,11 @@ pub struct Event {
     pub event_type: String,
     /// The JSON payload sent as the body.
     pub payload: serde_json::Value,
+    /// The tenant whose endpoints receive it (none: endpoints without a tenant).
+    pub tenant: Option<String>,
+    /// Set for a test event: the one endpoint it goes to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only_endpoint: Option<EndpointId>,
     /// When it was published.
     pub created_at: Timestamp,
 }
@@ -121,6 +174,8 @@ impl FromRow for Event {
             id: r.get("id")?,
             event_type: r.get("type")?,
             payload: r.get("payload")?,
+            tenant: r.get("tenant")?,
+            only_endpoint: r.get("only_endpoint")?,
             created_at: r.get("created_at")?,
         })
     }

@@ -12,11 +12,16 @@ use crate::model::{DeliveryAttempt, Endpoint};
 /// The webhook tables' migration line.
 pub static MIGRATIONS: Line = Line {
     name: "webhooks",
-    sqlite: onus::migrations!("../migrations/sqlite", "001_tables.sql"),
+    sqlite: onus::migrations!(
+        "../migrations/sqlite",
+        "001_tables.sql",
+        "002_tenants_and_headers.sql"
+    ),
     postgres: onus::migrations!(
         "../migrations/postgres",
         "001_tables.sql",
-        "002_native_types.sql"
+        "002_native_types.sql",
+        "003_tenants_and_headers.sql"
     ),
 };
 
@@ -27,21 +32,33 @@ const ATTEMPTS: &str = "onus_delivery_attempts";
 
 static INSERT_ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
-    "INSERT INTO onus_endpoints (id, url, description, event_types, secrets, enabled, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, TRUE, $6, $6)
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at",
+    "INSERT INTO onus_endpoints (id, url, description, event_types, secrets, enabled, created_at, updated_at, tenant, headers)
+     VALUES ($1, $2, $3, $4, $5, TRUE, $6, $6, $7, $8)
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers",
 );
 
 pub(crate) static ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers
      FROM onus_endpoints WHERE id = $1",
 );
 
 pub(crate) static ALL_ENDPOINTS: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers
      FROM onus_endpoints ORDER BY created_at, id",
+);
+
+pub(crate) static TENANT_ENDPOINTS: Sql = Sql::new(
+    ENDPOINTS,
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers
+     FROM onus_endpoints WHERE tenant = $1 ORDER BY created_at, id",
+);
+
+pub(crate) static UPDATE_ENDPOINT: Sql = Sql::new(
+    ENDPOINTS,
+    "UPDATE onus_endpoints SET url = $1, description = $2, event_types = $3, headers = $4, updated_at = $5 WHERE id = $6
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers",
 );
 
 pub(crate) static SET_SECRETS: Sql = Sql::new(
@@ -58,7 +75,7 @@ pub(crate) static ENABLE: Sql = Sql::new(
     ENDPOINTS,
     "UPDATE onus_endpoints SET enabled = TRUE, disabled_reason = NULL, failing_since = NULL, last_failure_at = NULL,
         updated_at = $1 WHERE id = $2
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at",
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers",
 );
 
 pub(crate) static DISABLE: Sql = Sql::new(
@@ -82,13 +99,65 @@ static MARK_FAILING: Sql = Sql::new(
 
 static INSERT_EVENT: Sql = Sql::new(
     EVENTS,
-    "INSERT INTO onus_events (id, type, payload, created_at) VALUES ($1, $2, $3, $4)
+    "INSERT INTO onus_events (id, type, payload, created_at, tenant, only_endpoint) VALUES ($1, $2, $3, $4, $5, $6)
      ON CONFLICT (id) DO NOTHING RETURNING id",
 );
 
 pub(crate) static EVENT: Sql = Sql::new(
     EVENTS,
-    "SELECT id, type, payload, created_at FROM onus_events WHERE id = $1",
+    "SELECT id, type, payload, created_at, tenant, only_endpoint FROM onus_events WHERE id = $1",
+);
+
+/// A page of events, newest first, optionally of one tenant and one type, after a cursor.
+pub(crate) static EVENTS_PAGE: Sql = Sql::new(
+    EVENTS,
+    "SELECT id, type, payload, created_at, tenant, only_endpoint FROM onus_events
+     WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR type = $2)
+       AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4))
+     ORDER BY created_at DESC, id DESC LIMIT $5",
+);
+
+/// A page of an endpoint's attempts, newest first, after a cursor.
+pub(crate) static ATTEMPTS_OF_ENDPOINT: Sql = Sql::new(
+    ATTEMPTS,
+    "SELECT id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us, response_excerpt, error, outcome
+     FROM onus_delivery_attempts
+     WHERE endpoint_id = $1 AND ($2 IS NULL OR attempted_at < $2 OR (attempted_at = $2 AND id < $3))
+     ORDER BY attempted_at DESC, id DESC LIMIT $4",
+);
+
+pub(crate) static ATTEMPT: Sql = Sql::new(
+    ATTEMPTS,
+    "SELECT id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us, response_excerpt, error, outcome
+     FROM onus_delivery_attempts WHERE id = $1",
+);
+
+/// One row of `onus_deliveries`.
+pub(crate) struct DeliveryRow {
+    pub endpoint_id: EndpointId,
+    pub job_id: Option<i64>,
+    pub created_at: Timestamp,
+}
+
+impl onus::db::FromRow for DeliveryRow {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(DeliveryRow {
+            endpoint_id: r.get("endpoint_id")?,
+            job_id: r.get("job_id")?,
+            created_at: r.get("created_at")?,
+        })
+    }
+}
+
+pub(crate) static DELIVERIES_OF_EVENT: Sql = Sql::new(
+    DELIVERIES,
+    "SELECT event_id, endpoint_id, job_id, created_at FROM onus_deliveries WHERE event_id = $1
+     ORDER BY created_at, endpoint_id",
+);
+
+static SET_DELIVERY_JOB: Sql = Sql::new(
+    DELIVERIES,
+    "UPDATE onus_deliveries SET job_id = $1 WHERE event_id = $2 AND endpoint_id = $3",
 );
 
 static INSERT_DELIVERY: Sql = Sql::new(
@@ -128,6 +197,8 @@ pub(crate) struct NewEndpointRow {
     pub event_types: Vec<String>,
     pub secret: String,
     pub now: Timestamp,
+    pub tenant: Option<String>,
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 pub(crate) async fn insert_endpoint<T: Tx + ?Sized>(
@@ -143,6 +214,8 @@ pub(crate) async fn insert_endpoint<T: Tx + ?Sized>(
             Value::json(&e.event_types)?,
             Value::json(&[e.secret])?,
             e.now.into(),
+            e.tenant.into(),
+            Value::json(&e.headers)?,
         ],
     )
     .await
@@ -176,6 +249,8 @@ pub(crate) struct EventRow {
     pub event_type: String,
     pub payload: serde_json::Value,
     pub now: Timestamp,
+    pub tenant: Option<String>,
+    pub only_endpoint: Option<EndpointId>,
 }
 
 /// Writes an event and, when it is new, its fan-out job; true when the event was new (a
@@ -193,6 +268,8 @@ pub(crate) async fn insert_event<T: Tx + ?Sized>(
                 e.event_type.as_str().into(),
                 Value::Json(e.payload.clone()),
                 e.now.into(),
+                e.tenant.clone().into(),
+                e.only_endpoint.as_ref().map(|id| id.to_string()).into(),
             ],
         )
         .await?;
@@ -221,7 +298,12 @@ pub(crate) async fn insert_delivery<T: Tx + ?Sized>(
     if new.is_empty() {
         return Ok(false);
     }
-    tx.insert_job(job).await?;
+    let job = tx.insert_job(job).await?.job.id;
+    tx.execute(
+        &SET_DELIVERY_JOB,
+        &[job.into(), event.into(), endpoint.into()],
+    )
+    .await?;
     Ok(true)
 }
 

@@ -192,10 +192,24 @@ async fn an_existing_database_upgrades_in_place(backend: Backend) {
         .await
         .unwrap();
     let again = hooks
-        .publish("invoice.paid", json!({}), Some("msg_fixture1".into()))
+        .publish(
+            "invoice.paid",
+            json!({"invoice": 7, "lines": [1, 2]}),
+            Some("msg_fixture1".into()),
+        )
         .await
         .unwrap();
-    assert_eq!(again.created_at, at("2026-03-01T00:00:00Z"));
+    assert_eq!(
+        (again.created_at, again.tenant),
+        (at("2026-03-01T00:00:00Z"), None)
+    );
+    // The same id with another payload names another event: refused.
+    assert!(matches!(
+        hooks
+            .publish("invoice.paid", json!({}), Some("msg_fixture1".into()))
+            .await,
+        Err(onus_webhooks::Error::Conflict(_))
+    ));
     let new = hooks
         .publish("invoice.paid", json!({"invoice": 8}), None)
         .await

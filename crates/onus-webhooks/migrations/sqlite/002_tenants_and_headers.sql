@@ -1,0 +1,10 @@
+-- Tenants (a customer of the team: an event of tenant T reaches only endpoints of tenant T, an
+-- event without one only endpoints without one), headers sent with every delivery, test events
+-- addressed to one endpoint, and the job of each delivery.
+ALTER TABLE onus_endpoints ADD COLUMN tenant TEXT;
+ALTER TABLE onus_endpoints ADD COLUMN headers TEXT NOT NULL DEFAULT '{}';
+CREATE INDEX IF NOT EXISTS onus_endpoints_tenant ON onus_endpoints (tenant, created_at);
+ALTER TABLE onus_events ADD COLUMN tenant TEXT;
+ALTER TABLE onus_events ADD COLUMN only_endpoint TEXT;
+CREATE INDEX IF NOT EXISTS onus_events_tenant ON onus_events (tenant, created_at);
+ALTER TABLE onus_deliveries ADD COLUMN job_id BIGINT;
