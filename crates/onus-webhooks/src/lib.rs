@@ -727,6 +727,7 @@ pub struct NewEvent {
 
 /// One delivery of an event: the endpoint it went to, its job and its attempts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delivery {
     /// The endpoint.
     pub endpoint_id: EndpointId,
@@ -735,6 +736,7 @@ pub struct Delivery {
     /// Where the job stands (none once retention removed it).
     pub state: Option<JobState>,
     /// When the fan-out made it.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
     /// Every attempt, oldest first.
     pub attempts: Vec<DeliveryAttempt>,

@@ -10,6 +10,7 @@ use crate::ids::{AttemptId, EndpointId, EventId};
 
 /// A webhook endpoint. Its `Debug` output hides the secrets.
 #[derive(Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Endpoint {
     /// Its id (`ep_...`).
     pub id: EndpointId,
@@ -32,12 +33,16 @@ pub struct Endpoint {
     /// Why it was disabled (by hand, a 410, or failing too long).
     pub disabled_reason: Option<String>,
     /// Since when it has been failing without a success in between.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub failing_since: Option<Timestamp>,
     /// Its latest failure.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_failure_at: Option<Timestamp>,
     /// Until when a delivery holds the endpoint's lease (one delivery in flight at a time).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub busy_until: Option<Timestamp>,
     /// When it was created.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
 }
 
@@ -84,6 +89,7 @@ impl FromRow for Endpoint {
 /// A new endpoint. Its `Debug` output hides the secret.
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewEndpoint {
     /// The URL deliveries are POSTed to (`https://...`).
     pub url: String,
@@ -107,6 +113,7 @@ pub struct NewEndpoint {
 /// Changes to an endpoint; absent fields stay as they are. Its `Debug` output hides headers.
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndpointUpdate {
     /// A new URL.
     #[serde(default)]
@@ -151,6 +158,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
 /// An event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     /// Its id (`msg_...` unless the publisher chose one), sent as `webhook-id`.
     pub id: EventId,
@@ -165,6 +173,7 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub only_endpoint: Option<EndpointId>,
     /// When it was published.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
 }
 
@@ -184,6 +193,7 @@ impl FromRow for Event {
 /// How one delivery attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Outcome {
     /// The endpoint answered 2xx.
     Success,
@@ -248,6 +258,7 @@ impl FromValue for Outcome {
 
 /// One delivery attempt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryAttempt {
     /// Its id (`att_...`).
     pub id: AttemptId,
@@ -260,6 +271,7 @@ pub struct DeliveryAttempt {
     /// The job's attempt number.
     pub attempt: u32,
     /// When it was made.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub attempted_at: Timestamp,
     /// The response status, if a response came.
     pub status: Option<u16>,

@@ -109,20 +109,29 @@ pub(crate) static EVENT: Sql = Sql::new(
 );
 
 /// A page of events, newest first, optionally of one tenant and one type, after a cursor.
-pub(crate) static EVENTS_PAGE: Sql = Sql::new(
+pub(crate) static EVENTS_PAGE: Sql = Sql::per_backend(
     EVENTS,
     "SELECT id, type, payload, created_at, tenant, only_endpoint FROM onus_events
      WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR type = $2)
        AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4))
      ORDER BY created_at DESC, id DESC LIMIT $5",
+    // PostgreSQL types a parameter from its first use: a bare `$n IS NULL` names none.
+    "SELECT id, type, payload, created_at, tenant, only_endpoint FROM onus_events
+     WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR type = $2)
+       AND ($3::timestamptz IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4::text))
+     ORDER BY created_at DESC, id DESC LIMIT $5",
 );
 
 /// A page of an endpoint's attempts, newest first, after a cursor.
-pub(crate) static ATTEMPTS_OF_ENDPOINT: Sql = Sql::new(
+pub(crate) static ATTEMPTS_OF_ENDPOINT: Sql = Sql::per_backend(
     ATTEMPTS,
     "SELECT id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us, response_excerpt, error, outcome
      FROM onus_delivery_attempts
      WHERE endpoint_id = $1 AND ($2 IS NULL OR attempted_at < $2 OR (attempted_at = $2 AND id < $3))
+     ORDER BY attempted_at DESC, id DESC LIMIT $4",
+    "SELECT id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us, response_excerpt, error, outcome
+     FROM onus_delivery_attempts
+     WHERE endpoint_id = $1 AND ($2::timestamptz IS NULL OR attempted_at < $2 OR (attempted_at = $2 AND id < $3::text))
      ORDER BY attempted_at DESC, id DESC LIMIT $4",
 );
 

@@ -42,17 +42,37 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// The body's bytes, within the limit.
+async fn read(req: Request, state: &App) -> Result<Bytes, ApiError> {
+    let limit = limit_of(&req, state);
+    Bytes::from_request(req, state).await.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            ApiError::too_large(limit)
+        }
+        other => ApiError::malformed(other.body_text()),
+    })
+}
+
 impl<T: DeserializeOwned> FromRequest<App> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &App) -> Result<Self, ApiError> {
-        let limit = limit_of(&req, state);
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
-            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-                ApiError::too_large(limit)
-            }
-            other => ApiError::malformed(other.body_text()),
-        })?;
-        decode(&bytes).map(Body)
+        decode(&read(req, state).await?).map(Body)
+    }
+}
+
+/// A JSON body that may be left out: an empty body is `T::default()`.
+#[derive(Debug)]
+pub struct OptionalBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<App> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &App) -> Result<Self, ApiError> {
+        let bytes = read(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalBody(T::default()));
+        }
+        decode(&bytes).map(OptionalBody)
     }
 }

@@ -7,6 +7,7 @@ pub mod alerts;
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod hooks;
 pub mod jobs;
 pub mod queues;
 
@@ -157,6 +158,21 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(queues::pause))
         .routes(utoipa_axum::routes!(queues::resume))
         .routes(utoipa_axum::routes!(queues::list_periodic))
+        .routes(utoipa_axum::routes!(hooks::create, hooks::list))
+        .routes(utoipa_axum::routes!(
+            hooks::show,
+            hooks::update,
+            hooks::delete
+        ))
+        .routes(utoipa_axum::routes!(hooks::enable))
+        .routes(utoipa_axum::routes!(hooks::disable))
+        .routes(utoipa_axum::routes!(hooks::rotate_secret))
+        .routes(utoipa_axum::routes!(hooks::test))
+        .routes(utoipa_axum::routes!(hooks::redeliver))
+        .routes(utoipa_axum::routes!(hooks::attempts))
+        .routes(utoipa_axum::routes!(hooks::publish, hooks::events))
+        .routes(utoipa_axum::routes!(hooks::event))
+        .routes(utoipa_axum::routes!(hooks::deliveries))
         .routes(utoipa_axum::routes!(alerts::list))
         .routes(utoipa_axum::routes!(alerts::ack))
         .split_for_parts();

@@ -14,6 +14,9 @@ pub const CONFIG: &str = r#"
 default = 4
 reports = 2
 
+[webhooks]
+allow_networks = ["127.0.0.1/32"]
+
 [kinds."report.build"]
 queue = "reports"
 [kinds."report.build".policy]
@@ -128,14 +131,51 @@ impl World {
         (status, v)
     }
 
-    /// Everything the API could change, to compare before and after a refused call.
+    /// Everything the API could change, to compare before and after a refused call; first waits
+    /// until no job is running or due, so the workers change nothing meanwhile.
     pub async fn fingerprint(&self) -> Value {
         let c = self.parts.onus.client();
+        let busy = JobFilter {
+            states: vec![onus::JobState::Available, onus::JobState::Running],
+            kinds: self
+                .parts
+                .onus
+                .kinds()
+                .filter(|k| k.is_handled())
+                .map(|k| k.name().to_string())
+                .collect(),
+            ..JobFilter::default()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while c.count(&busy).await.unwrap() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the workers never settled"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let jobs = c.list(&JobFilter::default(), 100_000, None).await.unwrap();
         let alerts = c.alerts(100_000).await.unwrap();
         let paused = c.paused_queues().await.unwrap();
         let endpoints = self.parts.webhooks.endpoints().await.unwrap();
         json!({"jobs": jobs, "alerts": alerts, "paused": paused, "endpoints": endpoints})
+    }
+
+    /// Waits until `done` holds for the answer of `GET path`, at most 20 s.
+    pub async fn wait_get(&self, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (s, v) = self.get(path).await;
+            assert_eq!(s, 200, "{v}");
+            if done(&v) {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "GET {path} never got there: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Waits until the job reaches a finished state (or `done` holds), at most 20 s.

@@ -7,6 +7,7 @@ mod errors;
 mod harness;
 mod jobs;
 mod openapi;
+mod webhooks;
 
 onus_testkit::both!(
     setup = crate::harness::api;
@@ -26,6 +27,12 @@ onus_testkit::both!(
         a_paused_queue_runs_nothing_until_resumed,
         periodic_jobs_are_listed_with_their_next_run,
         an_exhausted_job_raises_an_alert_that_is_acknowledged,
+    ],
+    webhooks: [
+        an_event_reaches_only_its_tenants_endpoints,
+        one_event_id_is_one_event,
+        endpoints_are_managed_and_bad_ones_refused,
+        a_fixed_endpoint_gets_its_discarded_deliveries_again,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );
