@@ -10,6 +10,7 @@ pub mod error;
 pub mod hooks;
 pub mod jobs;
 pub mod queues;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -173,6 +174,11 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(hooks::publish, hooks::events))
         .routes(utoipa_axum::routes!(hooks::event))
         .routes(utoipa_axum::routes!(hooks::deliveries))
+        .routes(utoipa_axum::routes!(workers::claim))
+        .routes(utoipa_axum::routes!(workers::complete))
+        .routes(utoipa_axum::routes!(workers::fail))
+        .routes(utoipa_axum::routes!(workers::snooze))
+        .routes(utoipa_axum::routes!(workers::heartbeat))
         .routes(utoipa_axum::routes!(alerts::list))
         .routes(utoipa_axum::routes!(alerts::ack))
         .split_for_parts();

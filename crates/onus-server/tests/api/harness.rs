@@ -22,6 +22,12 @@ queue = "reports"
 [kinds."report.build".policy]
 max_attempts = 3
 backoff = { schedule = ["10s", "1m"] }
+
+[kinds."quick.pull".policy]
+max_attempts = 2
+backoff = { schedule = ["1s"] }
+timeout = "1s"
+jitter = 0.0
 "#;
 
 /// An in-process kind that completes at once.
@@ -47,23 +53,26 @@ pub async fn api_with(backend: Backend, toml: &str) -> World {
     let db = TestDb::new(backend).await;
     let file = onus_server::config::parse(toml).unwrap();
     let (parts, app) = serve::prepare_with(&file, &db.url, true, |b| {
-        b.kind(Kind::new(ECHO).handler(|_ctx: JobContext| async { Ok(()) }))
-            .kind(
-                Kind::new(FAIL)
-                    .policy(Policy {
-                        max_attempts: 1,
-                        alert_on_exhaustion: true,
-                        ..Policy::preset_default()
-                    })
-                    .handler(|_ctx: JobContext| async {
-                        Err(JobError::retryable("the test says no"))
-                    }),
-            )
-            .periodic(Periodic::new(
-                "nightly-report",
-                Schedule::cron("0 3 * * *").unwrap(),
-                onus::NewJob::new("report.build", json!({"period": "night"})),
-            ))
+        // Lapsed leases of outside workers are found within a fraction of a second.
+        b.options(onus::Options {
+            rescue_interval: Duration::from_millis(100),
+            ..onus::Options::default()
+        })
+        .kind(Kind::new(ECHO).handler(|_ctx: JobContext| async { Ok(()) }))
+        .kind(
+            Kind::new(FAIL)
+                .policy(Policy {
+                    max_attempts: 1,
+                    alert_on_exhaustion: true,
+                    ..Policy::preset_default()
+                })
+                .handler(|_ctx: JobContext| async { Err(JobError::retryable("the test says no")) }),
+        )
+        .periodic(Periodic::new(
+            "nightly-report",
+            Schedule::cron("0 3 * * *").unwrap(),
+            onus::NewJob::new("report.build", json!({"period": "night"})),
+        ))
     })
     .await
     .unwrap();

@@ -8,6 +8,7 @@ mod harness;
 mod jobs;
 mod openapi;
 mod webhooks;
+mod workers;
 
 onus_testkit::both!(
     setup = crate::harness::api;
@@ -33,6 +34,14 @@ onus_testkit::both!(
         one_event_id_is_one_event,
         endpoints_are_managed_and_bad_ones_refused,
         a_fixed_endpoint_gets_its_discarded_deliveries_again,
+    ],
+    workers: [
+        a_claimed_job_is_answered_once_with_its_lease,
+        a_snooze_spends_no_attempt_and_a_discard_ends_the_job,
+        a_late_answer_after_a_rescue_is_refused,
+        a_cancel_reaches_the_worker_through_its_heartbeat,
+        a_long_poll_returns_when_a_job_arrives,
+        the_readme_python_worker_drains_a_thousand_jobs_once_each,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );

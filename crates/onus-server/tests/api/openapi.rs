@@ -36,6 +36,11 @@ const PROMISED: &[&str] = &[
     "GET /events",
     "GET /events/{id}",
     "GET /events/{id}/deliveries",
+    "POST /queues/{name}/claim",
+    "POST /jobs/{id}/complete",
+    "POST /jobs/{id}/fail",
+    "POST /jobs/{id}/snooze",
+    "POST /jobs/{id}/heartbeat",
     "GET /alerts",
     "POST /alerts/{id}/ack",
 ];

@@ -133,13 +133,16 @@ fn fence(shared: &Shared, fence_after: Duration) {
     }
 }
 
-/// Turns expired leases of known kinds into failed attempts ("worker lost") under their policy.
+/// Turns expired leases of known kinds into failed attempts ("worker lost") under their policy:
+/// the kinds this process runs and those it only knows (run by outside workers, which hold
+/// their leases through the API).
 pub(crate) async fn rescuer(
     shared: Arc<Shared>,
     stop: CancellationToken,
     finish: mpsc::UnboundedSender<Outcome>,
 ) {
-    let kinds = shared.handled_kinds();
+    let mut kinds: Vec<String> = shared.kinds.keys().cloned().collect();
+    kinds.sort();
     if kinds.is_empty() {
         return;
     }

@@ -10,6 +10,7 @@ mod hub;
 mod kind;
 mod maintenance;
 mod periodic;
+mod pull;
 mod queues;
 mod skew;
 mod worker;
@@ -29,6 +30,7 @@ pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
 pub use periodic::{Periodic, Schedule, ScheduleError};
+pub use pull::{Beat, Claimed, MAX_CLAIM, MAX_CLAIM_WAIT};
 pub use queues::{PausedQueue, QueueStats};
 
 use crate::clock::{Clock, SystemClock};

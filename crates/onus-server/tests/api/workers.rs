@@ -1,0 +1,317 @@
+//! Pull workers: claims, answers with the lease token, heartbeats, rescue, and the README's
+//! Python worker draining a thousand jobs.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::World;
+
+async fn claim(w: &World, queue: &str, kinds: &[&str], limit: usize, wait: f64) -> Vec<Value> {
+    let (s, c) = w
+        .post(
+            &format!("/api/v1/queues/{queue}/claim"),
+            json!({"kinds": kinds, "limit": limit, "wait": wait}),
+        )
+        .await;
+    assert_eq!(s, 200, "{c}");
+    c["jobs"].as_array().unwrap().clone()
+}
+
+fn lease(job: &Value) -> Value {
+    json!({"lease_token": job["lease_token"]})
+}
+
+pub async fn a_claimed_job_is_answered_once_with_its_lease(w: World) {
+    let (_, a) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "report.build", "args": {"n": 1}}),
+        )
+        .await;
+    let (_, b) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "report.build", "args": {"n": 2}}),
+        )
+        .await;
+    let got = claim(&w, "reports", &["report.build"], 10, 0.0).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let first = got.iter().find(|j| j["id"] == a["id"]).unwrap().clone();
+    assert_eq!(
+        (&first["attempt"], &first["max_attempts"], &first["args"]),
+        (&json!(1), &json!(3), &json!({"n": 1}))
+    );
+    assert!(first["lease_expires_at"].is_string());
+    assert!(
+        claim(&w, "reports", &["report.build"], 10, 0.0)
+            .await
+            .is_empty(),
+        "claimed jobs are not claimed twice"
+    );
+    let id = first["id"].as_i64().unwrap();
+    let (s, done) = w
+        .post(&format!("/api/v1/jobs/{id}/complete"), lease(&first))
+        .await;
+    assert_eq!((s, &done["state"]), (200, &json!("completed")), "{done}");
+    let (s, e) = w
+        .post(&format!("/api/v1/jobs/{id}/complete"), lease(&first))
+        .await;
+    assert_eq!(s, 409, "answered twice: {e}");
+    // A failure is classified by the job layer: retryable under the kind's policy.
+    let second = got.iter().find(|j| j["id"] == b["id"]).unwrap().clone();
+    let bid = second["id"].as_i64().unwrap();
+    let (s, f) = w
+        .post(
+            &format!("/api/v1/jobs/{bid}/fail"),
+            json!({"lease_token": second["lease_token"], "message": "upstream said no"}),
+        )
+        .await;
+    assert_eq!(
+        (s, &f["state"], &f["errors"][0]["message"]),
+        (200, &json!("retryable"), &json!("upstream said no")),
+        "{f}"
+    );
+    let (s, e) = w
+        .post(
+            &format!("/api/v1/jobs/{bid}/complete"),
+            json!({"lease_token": "nonsense"}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    // Only pull kinds are claimed; a bad claim says which field.
+    let (s, e) = w
+        .post(
+            "/api/v1/queues/default/claim",
+            json!({"kinds": ["test.echo"]}),
+        )
+        .await;
+    assert!(
+        s == 422
+            && e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("run by the server"),
+        "{e}"
+    );
+    let (s, e) = w
+        .post(
+            "/api/v1/queues/default/claim",
+            json!({"kinds": ["report.build"], "wait": 31}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+}
+
+pub async fn a_snooze_spends_no_attempt_and_a_discard_ends_the_job(w: World) {
+    w.post("/api/v1/jobs", json!({"kind": "report.build"}))
+        .await;
+    let j = claim(&w, "reports", &["report.build"], 1, 0.0)
+        .await
+        .remove(0);
+    let id = j["id"].as_i64().unwrap();
+    let (s, sn) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/snooze"),
+            json!({"lease_token": j["lease_token"], "seconds": 3600, "reason": "rate limited"}),
+        )
+        .await;
+    assert_eq!(
+        (s, &sn["state"], &sn["snoozes"], &sn["attempt"]),
+        (200, &json!("snoozed"), &json!(1), &json!(0)),
+        "{sn}"
+    );
+    w.post(&format!("/api/v1/jobs/{id}/retry"), json!({})).await;
+    let j = claim(&w, "reports", &["report.build"], 1, 0.0)
+        .await
+        .remove(0);
+    let (s, d) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/fail"),
+            json!({"lease_token": j["lease_token"], "message": "bad input", "discard": true}),
+        )
+        .await;
+    assert_eq!(
+        (s, &d["state"], &d["discard_reason"]),
+        (200, &json!("discarded"), &json!("permanent")),
+        "{d}"
+    );
+    let (s, e) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/snooze"),
+            json!({"lease_token": j["lease_token"]}),
+        )
+        .await;
+    assert!(s == 422 || s == 409, "{e}");
+}
+
+pub async fn a_late_answer_after_a_rescue_is_refused(w: World) {
+    w.post("/api/v1/jobs", json!({"kind": "quick.pull"})).await;
+    let j = claim(&w, "default", &["quick.pull"], 1, 0.0)
+        .await
+        .remove(0);
+    let id = j["id"].as_i64().unwrap();
+    // The worker goes quiet past its 1 s lease: the job is rescued as "worker lost".
+    let rescued = w.wait_job(id, |v| v["state"] != "running").await;
+    assert_eq!(rescued["state"], json!("retryable"), "{rescued}");
+    assert!(
+        rescued["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("lost"),
+        "{rescued}"
+    );
+    let (s, e) = w
+        .post(&format!("/api/v1/jobs/{id}/complete"), lease(&j))
+        .await;
+    assert_eq!((s, &e["error"]["code"]), (409, &json!("conflict")), "{e}");
+    let (s, _) = w
+        .post(&format!("/api/v1/jobs/{id}/heartbeat"), lease(&j))
+        .await;
+    assert_eq!(s, 409);
+    // Its second and last attempt fails: discarded, exhausted, with an alert.
+    let again = claim(&w, "default", &["quick.pull"], 1, 10.0)
+        .await
+        .remove(0);
+    assert_eq!(again["attempt"], json!(2));
+    let (s, d) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/fail"),
+            json!({"lease_token": again["lease_token"], "message": "still broken"}),
+        )
+        .await;
+    assert_eq!(
+        (s, &d["state"], &d["discard_reason"]),
+        (200, &json!("discarded"), &json!("exhausted")),
+        "{d}"
+    );
+    let (_, alerts) = w.get("/api/v1/alerts").await;
+    assert_eq!(alerts["alerts"][0]["job_id"], json!(id), "{alerts}");
+}
+
+pub async fn a_cancel_reaches_the_worker_through_its_heartbeat(w: World) {
+    w.post("/api/v1/jobs", json!({"kind": "report.build"}))
+        .await;
+    let j = claim(&w, "reports", &["report.build"], 1, 0.0)
+        .await
+        .remove(0);
+    let id = j["id"].as_i64().unwrap();
+    let (s, b) = w
+        .post(&format!("/api/v1/jobs/{id}/heartbeat"), lease(&j))
+        .await;
+    assert_eq!((s, &b["cancel_requested"]), (200, &json!(false)), "{b}");
+    let (_, c) = w
+        .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (&c["state"], &c["cancel_requested"]),
+        (&json!("running"), &json!(true)),
+        "{c}"
+    );
+    let (_, b) = w
+        .post(&format!("/api/v1/jobs/{id}/heartbeat"), lease(&j))
+        .await;
+    assert_eq!(b["cancel_requested"], json!(true), "{b}");
+    let (_, f) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/fail"),
+            json!({"lease_token": j["lease_token"], "message": "stopped"}),
+        )
+        .await;
+    assert_eq!(f["state"], json!("cancelled"), "{f}");
+}
+
+pub async fn a_long_poll_returns_when_a_job_arrives(w: World) {
+    let http = w.http.clone();
+    let url = format!("{}/api/v1/queues/reports/claim", w.base);
+    let token = w.token.clone();
+    let waiting = tokio::spawn(async move {
+        let r = http
+            .post(url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(json!({"kinds": ["report.build"], "wait": 20}).to_string())
+            .send()
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        v
+    });
+    // The claim is waiting (nothing is due); then a job arrives and the claim answers with it.
+    let (_, j) = w
+        .post("/api/v1/jobs", json!({"kind": "report.build"}))
+        .await;
+    let got = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the long poll answered")
+        .unwrap();
+    assert_eq!(got["jobs"][0]["id"], j["id"], "{got}");
+}
+
+/// The Python worker of the README, as the README has it.
+fn readme_worker() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let start = readme
+        .find("```python\n")
+        .expect("the README has a Python worker")
+        + "```python\n".len();
+    let len = readme[start..].find("```").unwrap();
+    readme[start..start + len].to_string()
+}
+
+pub async fn the_readme_python_worker_drains_a_thousand_jobs_once_each(w: World) {
+    let jobs: Vec<Value> = (0..1000)
+        .map(|i| json!({"kind": "report.build", "args": {"i": i}}))
+        .collect();
+    assert_eq!(
+        w.post("/api/v1/jobs/batch", json!({"jobs": jobs})).await.0,
+        201
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("worker.py");
+    std::fs::write(&script, readme_worker()).unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new("python3")
+            .arg(&script)
+            .env("ONUS_URL", &w.base)
+            .env("ONUS_API_TOKEN", &w.token)
+            .env("ONUS_QUEUE", "reports")
+            .env("ONUS_KINDS", "report.build")
+            .env("ONUS_CLAIMERS", "4")
+            .env("ONUS_EXIT_WHEN_IDLE", "1")
+            .output(),
+    )
+    .await
+    .expect("the worker finished")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answered: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("answered "))
+        .collect();
+    assert_eq!(answered.len(), 1000, "{stdout}");
+    assert!(
+        answered.iter().all(|l| l.ends_with(": 200")),
+        "every answer accepted, none twice"
+    );
+    let mut ids: Vec<&str> = answered
+        .iter()
+        .map(|l| l.split(' ').nth(1).unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 1000, "each job ran once");
+    let (_, done) = w
+        .get("/api/v1/jobs?state=completed&kind=report.build&limit=1000")
+        .await;
+    let done = done["jobs"].as_array().unwrap();
+    assert_eq!(done.len(), 1000);
+    assert!(done.iter().all(|j| j["attempt"] == 1), "no job ran twice");
+}

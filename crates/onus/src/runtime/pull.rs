@@ -1,0 +1,227 @@
+//! Workers outside the process (any language, over HTTP): they claim due jobs of a queue under a
+//! lease and answer each once with the lease token they were given. The job layer decides what
+//! an answer means exactly as for a handler in the process: a failure is classified, and the
+//! kind's policy alone says when to try again. An answer whose lease is no longer current
+//! (rescued, claimed again, already answered) changes nothing.
+
+use std::time::Duration;
+
+use rand::distributions::{Alphanumeric, DistString};
+
+use crate::clock::{add, Timestamp};
+use crate::job::{Job, JobId, JobState};
+use crate::outcome::{decide, AttemptEnd};
+use crate::store::{ClaimRequest, HeldJob, StoreError};
+use crate::JobResult;
+
+use super::{Client, Error};
+
+/// The longest a claim waits for a job to come due.
+pub const MAX_CLAIM_WAIT: Duration = Duration::from_secs(30);
+/// The most jobs one claim takes.
+pub const MAX_CLAIM: usize = 1000;
+
+/// The prefix of the lease owner of jobs claimed by an outside worker.
+const OWNER_PREFIX: &str = "pull:";
+
+/// A job claimed by an outside worker, with the token its answer must carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The job, running, its attempt counted.
+    pub job: Job,
+    /// Proves an answer is for this lease.
+    pub lease_token: String,
+    /// When the lease lapses unless renewed by a heartbeat: then the job is rescued as "worker
+    /// lost" under its policy.
+    pub lease_expires_at: Timestamp,
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    /// The lease's new end.
+    pub lease_expires_at: Timestamp,
+    /// Someone asked to cancel the job: stop and answer (a failure ends it cancelled).
+    pub cancel_requested: bool,
+}
+
+/// A lease token taken apart: the owner and the attempt it was issued for.
+struct Lease {
+    owner: String,
+    attempt: u32,
+}
+
+fn token_of(owner: &str, attempt: u32) -> String {
+    format!("{}.{attempt}", owner.trim_start_matches(OWNER_PREFIX))
+}
+
+fn stale(id: JobId) -> Error {
+    Error::Store(StoreError::Conflict(format!(
+        "the lease on job {id} is no longer current (its lease expired and it was rescued, claimed again, or already answered); drop the job"
+    )))
+}
+
+fn parse_token(token: &str) -> Result<Lease, Error> {
+    let bad = || {
+        Error::Invalid(format!(
+            "lease_token: {token:?} is not a lease token; pass the lease_token the claim answered"
+        ))
+    };
+    let (owner, attempt) = token.rsplit_once('.').ok_or_else(bad)?;
+    if owner.len() != 24 || !owner.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(bad());
+    }
+    let attempt = attempt.parse().map_err(|_| bad())?;
+    Ok(Lease {
+        owner: format!("{OWNER_PREFIX}{owner}"),
+        attempt,
+    })
+}
+
+impl Client {
+    fn pull_kind(&self, kind: &str) -> Result<&super::Kind, Error> {
+        self.shared.kinds.get(kind).ok_or_else(|| {
+            let mut known: Vec<&str> = self.shared.kinds.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            Error::Invalid(format!(
+                "kinds: unknown kind {kind:?}; known kinds: {}",
+                known.join(", ")
+            ))
+        })
+    }
+
+    /// Claims up to `limit` due jobs of `kinds` in `queue` for an outside worker, waiting up to
+    /// `wait` for one to come due when none is. Each is leased for its kind's timeout (renew with
+    /// [`Client::heartbeat_lease`]).
+    pub async fn claim_for_worker(
+        &self,
+        queue: &str,
+        kinds: &[String],
+        limit: usize,
+        wait: Duration,
+    ) -> Result<Vec<Claimed>, Error> {
+        super::client::check_name("queue", queue)?;
+        if kinds.is_empty() {
+            return Err(Error::Invalid(
+                "kinds: name at least one kind to claim".into(),
+            ));
+        }
+        if limit == 0 || limit > MAX_CLAIM {
+            return Err(Error::Invalid(format!(
+                "limit: {limit} is not a claim size; claim 1 to {MAX_CLAIM} jobs"
+            )));
+        }
+        if wait > MAX_CLAIM_WAIT {
+            return Err(Error::Invalid(format!(
+                "wait: a claim waits at most {} s",
+                MAX_CLAIM_WAIT.as_secs()
+            )));
+        }
+        let mut timeouts = Vec::with_capacity(kinds.len());
+        for k in kinds {
+            timeouts.push((k.clone(), self.pull_kind(k)?.policy.timeout));
+        }
+        let owner = format!(
+            "{OWNER_PREFIX}{}",
+            Alphanumeric.sample_string(&mut rand::thread_rng(), 24)
+        );
+        let deadline = tokio::time::Instant::now() + wait;
+        let woken = self.shared.hub.queue(queue);
+        loop {
+            // Registered before the claim, so an insert right after it is not missed.
+            let notified = woken.notified();
+            let mut out = Vec::new();
+            for (kind, timeout) in &timeouts {
+                if out.len() >= limit {
+                    break;
+                }
+                let now = self.now();
+                let until = add(now, *timeout);
+                let jobs = self
+                    .shared
+                    .store
+                    .claim(ClaimRequest {
+                        queue: queue.to_string(),
+                        kinds: vec![kind.clone()],
+                        limit: limit - out.len(),
+                        owner: owner.clone(),
+                        now,
+                        lease_until: until,
+                    })
+                    .await?;
+                out.extend(jobs.into_iter().map(|job| Claimed {
+                    lease_token: token_of(&owner, job.attempt),
+                    lease_expires_at: job.lease_expires_at.unwrap_or(until),
+                    job,
+                }));
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !out.is_empty() || left.is_zero() {
+                return Ok(out);
+            }
+            // Woken by an insert or a resume in this process or (PostgreSQL) another; jobs that
+            // come due by time are found by looking again within a second.
+            let _ = tokio::time::timeout(left.min(Duration::from_secs(1)), notified).await;
+        }
+    }
+
+    /// The running job `id` as leased by `token`, or a conflict when the lease is not current.
+    async fn leased(&self, id: JobId, token: &str) -> Result<(Job, Lease), Error> {
+        let lease = parse_token(token)?;
+        let job = self.get(id).await?;
+        let current = job.state == JobState::Running
+            && job.lease_owner.as_deref() == Some(lease.owner.as_str())
+            && job.attempt == lease.attempt;
+        if !current {
+            return Err(stale(id));
+        }
+        Ok((job, lease))
+    }
+
+    /// Renews the lease on a job an outside worker runs, for its kind's timeout from now.
+    pub async fn heartbeat_lease(&self, id: JobId, token: &str) -> Result<Beat, Error> {
+        let (job, lease) = self.leased(id, token).await?;
+        let timeout = self.pull_kind(&job.kind)?.policy.timeout;
+        let until = add(self.now(), timeout);
+        let r = self
+            .shared
+            .store
+            .heartbeat(
+                &lease.owner,
+                &[HeldJob {
+                    id,
+                    attempt: lease.attempt,
+                }],
+                until,
+            )
+            .await?;
+        if !r.renewed.contains(&id) {
+            return Err(stale(id));
+        }
+        Ok(Beat {
+            lease_expires_at: until,
+            cancel_requested: r.cancel.contains(&id),
+        })
+    }
+
+    /// Records an outside worker's answer for the attempt its token names: `Ok(())` completes
+    /// the job; an error is classified and the kind's policy decides, exactly as for a handler
+    /// in the process. Returns the job as it now stands.
+    pub async fn answer(&self, id: JobId, token: &str, result: JobResult) -> Result<Job, Error> {
+        let (job, _) = self.leased(id, token).await?;
+        let policy = self.pull_kind(&job.kind)?.policy.clone();
+        let now = self.now();
+        let end = match result {
+            Err(_) if job.cancel_requested => AttemptEnd::Cancelled,
+            r => AttemptEnd::Returned(r),
+        };
+        let transition = decide(&job, end, &policy, now, &mut rand::thread_rng());
+        let finish = super::worker::finish_of(&self.shared, &job, transition, None);
+        let applied = self.shared.store.finish(vec![finish]).await?;
+        if applied.first() != Some(&true) {
+            return Err(stale(id));
+        }
+        self.shared.hub.wake(&job.queue);
+        self.get(id).await
+    }
+}
