@@ -69,7 +69,7 @@ pub async fn refused_calls_say_why_and_change_nothing(w: World) {
     let cases = [
         (
             json!({"kind": "nope"}),
-            "kind: unknown kind \"nope\"; known kinds: http.request, report.build",
+            "kind: unknown kind \"nope\"; known kinds: http.request, quick.pull, report.build",
         ),
         (
             json!({"kind": "report.build", "run_at": "tomorrow"}),
