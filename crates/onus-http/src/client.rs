@@ -155,7 +155,8 @@ impl HttpClient {
         self.send_with(req, now, snooze_cap, self.timeout).await
     }
 
-    async fn send_with(
+    /// [`HttpClient::send`] with a time limit of its own for this call (a push kind's timeout).
+    pub async fn send_with(
         &self,
         req: &Request,
         now: Timestamp,

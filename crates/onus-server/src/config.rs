@@ -111,9 +111,9 @@ impl KindConfig {
             }
         }
         if let Some(s) = &self.secret {
-            standardwebhooks::Webhook::new(s).map_err(|e| {
+            onus_webhooks::signing::check_secret(s).map_err(|e| {
                 ConfigError(format!(
-                    "[{section}] secret: {e:?}; write a whsec_ secret (base64 after the prefix)"
+                    "[{section}] secret: {e}; write a whsec_ secret (24 to 64 bytes, base64 after the prefix), or leave it out to have one made"
                 ))
             })?;
         }

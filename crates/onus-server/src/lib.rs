@@ -5,5 +5,6 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod push;
 pub mod secrets;
 pub mod serve;

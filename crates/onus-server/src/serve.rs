@@ -62,12 +62,35 @@ pub fn runtime_with(
     let mut b = Onus::builder(store)
         .component(&secrets)
         .component(&hooks)
-        .kind(onus_http::request::kind(http));
+        .kind(onus_http::request::kind(http.clone()));
     for (q, n) in &file.queues {
         b = b.queue(q.clone(), *n);
     }
+    let mut push_secrets = BTreeMap::new();
     for (name, k) in &file.kinds {
-        if !BUILT_IN.contains(&name.as_str()) {
+        if let (Some(url), false) = (&k.url, BUILT_IN.contains(&name.as_str())) {
+            // A push kind: each job POSTed to its URL.
+            let secret = crate::push::PushSecret::new(name, k.secret.clone(), secrets.clone());
+            push_secrets.insert(name.clone(), secret.clone());
+            let timeout = match &k.timeout {
+                Some(t) => humantime::parse_duration(t).map_err(|e| {
+                    format!("[kinds.\"{name}\"] timeout = {t:?} is not a duration ({e})")
+                })?,
+                None => crate::push::DEFAULT_TIMEOUT,
+            };
+            let mut kind = crate::push::Push {
+                kind: name.clone(),
+                url: url.clone(),
+                headers: k.headers.clone(),
+                timeout,
+                secret,
+            }
+            .into_kind(http.clone());
+            if let Some(q) = &k.queue {
+                kind = kind.queue(q.clone());
+            }
+            b = b.kind(kind);
+        } else if !BUILT_IN.contains(&name.as_str()) {
             // A kind this process does not run itself: pulled by workers through the API.
             let mut kind = onus::Kind::new(name.clone());
             if let Some(q) = &k.queue {
@@ -110,6 +133,7 @@ pub fn runtime_with(
                 queue: kind.queue_name().to_string(),
                 policy: kind.policy_ref().clone(),
                 url,
+                secret: push_secrets.get(kind.name()).cloned(),
             },
         );
     }
@@ -281,11 +305,6 @@ pub async fn serve(
     listen: String,
     migrate: bool,
 ) -> Result<(), String> {
-    if let Some((name, _)) = file.kinds.iter().find(|(_, k)| k.url.is_some()) {
-        return Err(format!(
-            "[kinds.\"{name}\"] url: push kinds are not supported by this version yet; remove the url to pull its jobs through the API"
-        ));
-    }
     if file.mail.is_some() {
         tracing::warn!("[mail] is accepted but not used by this version yet");
     }

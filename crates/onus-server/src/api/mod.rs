@@ -59,6 +59,8 @@ pub struct KindInfo {
     pub policy: onus::Policy,
     /// A push kind's URL.
     pub url: Option<String>,
+    /// A push kind's signing secret.
+    pub secret: Option<crate::push::PushSecret>,
 }
 
 /// Settings of the front door.

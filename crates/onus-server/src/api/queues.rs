@@ -29,6 +29,9 @@ pub struct KindView {
     /// A push kind's URL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// A push kind's signing secret (`whsec_...`), to verify its requests with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 /// The answer of `GET /kinds`.
@@ -38,10 +41,14 @@ pub struct KindList {
     pub kinds: Vec<KindView>,
 }
 
-/// One kind's view.
-pub fn kind_view(k: &KindInfo) -> KindView {
+/// One kind's view (a push kind's secret made now if it has none yet).
+pub async fn kind_view(k: &KindInfo) -> Result<KindView, ApiError> {
     let timeline = k.policy.timeline();
-    KindView {
+    let secret = match &k.secret {
+        Some(s) => Some(s.get().await?),
+        None => None,
+    };
+    Ok(KindView {
         name: k.name.clone(),
         handled_by: k.handled_by,
         queue: k.queue.clone(),
@@ -49,15 +56,18 @@ pub fn kind_view(k: &KindInfo) -> KindView {
         span_seconds: timeline.span().as_secs_f64(),
         timeline: serde_json::to_value(&timeline).unwrap_or_default(),
         url: k.url.clone(),
-    }
+        secret,
+    })
 }
 
 /// Every kind the server knows: how it is handled, its queue, policy and timeline.
-#[utoipa::path(get, path = "/kinds", tag = "kinds", responses((status = 200, body = KindList)))]
-pub async fn list_kinds(State(app): State<App>) -> Json<KindList> {
-    Json(KindList {
-        kinds: app.kinds.values().map(kind_view).collect(),
-    })
+#[utoipa::path(get, path = "/kinds", tag = "kinds", responses((status = 200, body = KindList), (status = 503, body = super::error::ErrorBody)))]
+pub async fn list_kinds(State(app): State<App>) -> Result<Json<KindList>, ApiError> {
+    let mut kinds = Vec::with_capacity(app.kinds.len());
+    for k in app.kinds.values() {
+        kinds.push(kind_view(k).await?);
+    }
+    Ok(Json(KindList { kinds }))
 }
 
 /// The answer of `GET /queues`.

@@ -43,6 +43,7 @@ pub struct World {
     pub base: String,
     pub token: String,
     pub http: reqwest::Client,
+    pub backend: Backend,
 }
 
 pub async fn api(backend: Backend) -> World {
@@ -92,6 +93,7 @@ pub async fn api_with(backend: Backend, toml: &str) -> World {
         _server: server,
         token,
         http: reqwest::Client::new(),
+        backend,
     }
 }
 

@@ -7,6 +7,7 @@ mod errors;
 mod harness;
 mod jobs;
 mod openapi;
+mod push;
 mod webhooks;
 mod workers;
 
@@ -42,6 +43,10 @@ onus_testkit::both!(
         a_cancel_reaches_the_worker_through_its_heartbeat,
         a_long_poll_returns_when_a_job_arrives,
         the_readme_python_worker_drains_a_thousand_jobs_once_each,
+    ],
+    push: [
+        a_push_kind_posts_each_job_signed_and_the_answer_is_classified,
+        a_retry_after_snoozes_a_push_without_spending_an_attempt,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );

@@ -1,0 +1,161 @@
+//! Push kinds: the server POSTs each job to the kind's URL, signed, and classifies the answer.
+
+use std::time::Duration;
+
+use onus_testkit::sink::{HttpSink, Reply};
+use serde_json::{json, Value};
+
+use crate::harness::{api_with, World, CONFIG};
+
+/// A world whose `push.*` kinds post to `sink`.
+async fn pushing(w: World, sink: &HttpSink) -> World {
+    let backend = w.backend;
+    drop(w);
+    let toml = format!(
+        r#"{CONFIG}
+[http]
+allow_networks = ["127.0.0.1/32"]
+
+[kinds."push.ok"]
+url = "{ok}"
+headers = {{ "x-team" = "reports" }}
+[kinds."push.ok".policy]
+max_attempts = 3
+backoff = {{ schedule = ["200ms"] }}
+jitter = 0.0
+
+[kinds."push.fixed"]
+url = "{flaky}"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+[kinds."push.fixed".policy]
+max_attempts = 3
+backoff = {{ schedule = ["200ms"] }}
+jitter = 0.0
+"#,
+        ok = sink.url("/ok"),
+        flaky = sink.url("/flaky"),
+    );
+    api_with(backend, &toml).await
+}
+
+fn by_path(sink: &HttpSink, path: &str) -> Vec<onus_testkit::sink::Received> {
+    sink.received()
+        .into_iter()
+        .filter(|r| r.path.starts_with(path))
+        .collect()
+}
+
+pub async fn a_push_kind_posts_each_job_signed_and_the_answer_is_classified(w: World) {
+    // /ok answers by the job's args: 200, 500 then 200, or 404.
+    let sink = HttpSink::start(|r: &onus_testkit::sink::Received, _| {
+        let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        let attempt = body["attempt"].as_u64().unwrap_or(0);
+        match (body["args"]["script"].as_str().unwrap_or(""), attempt) {
+            ("fail-once", 1) => Reply::status(500),
+            ("missing", _) => Reply::status(404),
+            _ => Reply::status(200),
+        }
+    })
+    .await;
+    let w = pushing(w, &sink).await;
+    let (_, kinds) = w.get("/api/v1/kinds").await;
+    let ok = kinds["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "push.ok")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&ok["handled_by"], &ok["url"]),
+        (&json!("push"), &json!(sink.url("/ok"))),
+        "{ok}"
+    );
+    let secret = ok["secret"]
+        .as_str()
+        .expect("GET /kinds shows a push kind's secret")
+        .to_string();
+    assert!(secret.starts_with("whsec_"));
+
+    let insert = |script: &str| {
+        let w = &w;
+        let body = json!({"kind": "push.ok", "args": {"script": script}});
+        async move { w.post("/api/v1/jobs", body).await.1["id"].as_i64().unwrap() }
+    };
+    let plain = insert("plain").await;
+    let once = insert("fail-once").await;
+    let missing = insert("missing").await;
+    let j = w.wait_job(plain, |j| j["state"] == "completed").await;
+    assert_eq!(j["attempt"], json!(1));
+    let j = w.wait_job(once, |j| j["state"] == "completed").await;
+    assert_eq!(
+        (&j["attempt"], &j["errors"][0]["class"]),
+        (&json!(2), &json!("error")),
+        "500 then 200: {j}"
+    );
+    let j = w.wait_job(missing, |j| j["state"] == "discarded").await;
+    assert_eq!(j["discard_reason"], json!("permanent"), "{j}");
+
+    // Every request: signed with the kind's secret, job_<id> as webhook-id, the kind's headers.
+    let hook = standardwebhooks::Webhook::new(&secret).unwrap();
+    let sent = by_path(&sink, "/ok");
+    assert_eq!(sent.len(), 4, "one request per attempt");
+    for r in &sent {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            r.header("webhook-id"),
+            Some(format!("job_{}", body["id"]).as_str())
+        );
+        assert_eq!(r.header("x-team"), Some("reports"));
+        assert_eq!(body["kind"], json!("push.ok"));
+        let mut h = axum::http::HeaderMap::new();
+        for (k, v) in &r.headers {
+            h.insert(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        hook.verify(&r.body, &h)
+            .expect("the service verifies the signature");
+    }
+}
+
+pub async fn a_retry_after_snoozes_a_push_without_spending_an_attempt(w: World) {
+    let sink = HttpSink::start(|_, n| {
+        if n == 1 {
+            Reply::status(429).header("retry-after", "1")
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let w = pushing(w, &sink).await;
+    let (_, j) = w
+        .post("/api/v1/jobs", json!({"kind": "push.fixed", "args": {}}))
+        .await;
+    let id = j["id"].as_i64().unwrap();
+    let done = tokio::time::timeout(
+        Duration::from_secs(20),
+        w.wait_job(id, |j| j["state"] == "completed"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (&done["attempt"], &done["snoozes"]),
+        (&json!(1), &json!(1)),
+        "{done}"
+    );
+    assert_eq!(done["errors"][0]["class"], json!("snooze"), "{done}");
+    // A configured secret signs.
+    let hook = standardwebhooks::Webhook::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+    let r = by_path(&sink, "/flaky").pop().unwrap();
+    let mut h = axum::http::HeaderMap::new();
+    for (k, v) in &r.headers {
+        h.insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    hook.verify(&r.body, &h)
+        .expect("signed with the configured secret");
+}
