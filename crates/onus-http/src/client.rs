@@ -120,7 +120,23 @@ pub struct HttpClient {
     inner: reqwest::Client,
     guard: Arc<Guard>,
     timeout: Duration,
+    labels: Arc<Labels>,
 }
+
+/// Who sends through a client, for the metrics: the client (`webhooks`, `http`, `push`) and
+/// the job kind.
+#[derive(Debug)]
+struct Labels {
+    client: String,
+    kind: String,
+}
+
+/// Requests put on the wire (a connection was made), by client and kind.
+pub const REQUESTS: &str = "onus_outbound_requests_total";
+/// Job attempts that used a client, by client, kind and whether they sent a request.
+pub const ATTEMPTS: &str = "onus_outbound_attempts_total";
+/// Answers that snoozed a job by `Retry-After` (no attempt spent), by client and kind.
+pub const RETRY_AFTER_SNOOZES: &str = "onus_outbound_retry_after_snoozes_total";
 
 impl HttpClient {
     /// Builds the client; the error says which setting is wrong.
@@ -142,7 +158,48 @@ impl HttpClient {
             inner,
             guard,
             timeout: cfg.timeout,
+            labels: Arc::new(Labels {
+                client: "http".into(),
+                kind: "none".into(),
+            }),
         })
+    }
+
+    /// The same client, its requests counted under `client` and `kind` in the metrics.
+    pub fn labelled(&self, client: &str, kind: &str) -> Self {
+        HttpClient {
+            labels: Arc::new(Labels {
+                client: client.into(),
+                kind: kind.into(),
+            }),
+            ..self.clone()
+        }
+    }
+
+    /// Counts one job attempt's use of this client, once per attempt, from what it sent and
+    /// what the attempt became: a `Retry-After` snooze (no attempt spent), or an attempt that
+    /// sent a request or none. With the requests the client counts itself, this holds the
+    /// amplification invariant: requests = attempts that sent one + `Retry-After` snoozes.
+    pub fn record(&self, sent: &Sent, result: &onus::JobResult) {
+        let l = &self.labels;
+        let snoozed = matches!(result, Err(onus::JobError::Snooze { reason, .. }) if crate::classify::is_retry_after(reason));
+        if sent.attempted && snoozed {
+            metrics::counter!(RETRY_AFTER_SNOOZES, "client" => l.client.clone(), "kind" => l.kind.clone())
+                .increment(1);
+        } else {
+            self.count_attempt(sent.attempted);
+        }
+    }
+
+    /// Counts a job attempt that sent nothing before reaching the client (a disabled endpoint).
+    pub fn record_unsent(&self) {
+        self.count_attempt(false);
+    }
+
+    fn count_attempt(&self, sent: bool) {
+        let l = &self.labels;
+        metrics::counter!(ATTEMPTS, "client" => l.client.clone(), "kind" => l.kind.clone(), "sent" => if sent { "true" } else { "false" })
+            .increment(1);
     }
 
     /// The guard this client applies.
@@ -157,6 +214,22 @@ impl HttpClient {
 
     /// [`HttpClient::send`] with a time limit of its own for this call (a push kind's timeout).
     pub async fn send_with(
+        &self,
+        req: &Request,
+        now: Timestamp,
+        snooze_cap: Duration,
+        timeout: Duration,
+    ) -> Sent {
+        let sent = self.send_inner(req, now, snooze_cap, timeout).await;
+        if sent.attempted {
+            let l = &self.labels;
+            metrics::counter!(REQUESTS, "client" => l.client.clone(), "kind" => l.kind.clone())
+                .increment(1);
+        }
+        sent
+    }
+
+    async fn send_inner(
         &self,
         req: &Request,
         now: Timestamp,

@@ -68,6 +68,7 @@ impl HttpRequestArgs {
 
 /// The `http.request` kind, handled with `client`, under the `default` policy.
 pub fn kind(client: Arc<HttpClient>) -> Kind {
+    let client = Arc::new(client.labelled("http", KIND));
     Kind::new(KIND).typed(move |ctx: JobContext, args: HttpRequestArgs| {
         let client = client.clone();
         async move { run(&client, &ctx, &args).await }
@@ -77,7 +78,9 @@ pub fn kind(client: Arc<HttpClient>) -> Kind {
 async fn run(client: &HttpClient, ctx: &JobContext, args: &HttpRequestArgs) -> JobResult {
     let sent = client.send(&args.request(), ctx.now(), SNOOZE_CAP).await;
     tracing::debug!(job = ctx.job().id, status = ?sent.status, class = ?sent.class, "http.request");
-    sent.class.into_job_result(ctx.job()).map_err(|e| match e {
+    let result = sent.class.clone().into_job_result(ctx.job());
+    client.record(&sent, &result);
+    result.map_err(|e| match e {
         JobError::Discard(m) => {
             JobError::Discard(format!("{} {}: {m}", args.method, args.url).into())
         }

@@ -90,6 +90,7 @@ pub struct Push {
 impl Push {
     /// The kind, handled by POSTing each job with `http`.
     pub fn into_kind(self, http: Arc<HttpClient>) -> Kind {
+        let http = Arc::new(http.labelled("push", &self.kind));
         let push = Arc::new(self);
         Kind::new(push.kind.clone()).handler(move |ctx: JobContext| {
             let push = push.clone();
@@ -134,6 +135,8 @@ impl Push {
             .send_with(&req, ctx.now(), SNOOZE_CAP, self.timeout)
             .await;
         tracing::debug!(job = job.id, kind = %job.kind, status = ?sent.status, class = ?sent.class, "push");
-        sent.class.into_job_result(job)
+        let result = sent.class.clone().into_job_result(job);
+        http.record(&sent, &result);
+        result
     }
 }

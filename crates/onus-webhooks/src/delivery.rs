@@ -25,6 +25,9 @@ pub(crate) struct Prepared {
     pub request: Request,
 }
 
+/// Webhook answers by status class (`2xx`, `4xx`, `5xx`, ...; `none` when no answer came).
+pub const RESPONSES: &str = "onus_webhook_responses_total";
+
 impl Webhooks {
     /// Stage 1: the endpoint and event, checked, and the signed request. A gone or disabled
     /// endpoint, or a pruned event, discards the delivery.
@@ -142,8 +145,22 @@ impl Webhooks {
 
     /// A delivery job: prepare, call, record.
     pub(crate) async fn deliver(&self, ctx: &JobContext, args: &DeliverArgs) -> JobResult {
-        let p = self.prepare(args, ctx.now()).await?;
+        let p = match self.prepare(args, ctx.now()).await {
+            Ok(p) => p,
+            Err(e) => {
+                // An attempt that sends nothing (a gone or disabled endpoint) counts as such.
+                self.inner.http.record_unsent();
+                return Err(e);
+            }
+        };
         let sent = self.call(&p, ctx.now()).await;
-        self.record(ctx, p, sent).await
+        let class = match sent.status {
+            Some(s @ 100..=599) => ["1xx", "2xx", "3xx", "4xx", "5xx"][usize::from(s / 100 - 1)],
+            _ => "none",
+        };
+        metrics::counter!(RESPONSES, "class" => class).increment(1);
+        let result = self.record(ctx, p, sent.clone()).await;
+        self.inner.http.record(&sent, &result);
+        result
     }
 }

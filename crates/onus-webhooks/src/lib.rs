@@ -182,7 +182,8 @@ impl Webhooks {
             timeout: cfg.timeout,
             connect_timeout: cfg.timeout.min(Duration::from_secs(10)),
             allow_networks: cfg.allow_networks.clone(),
-        })?;
+        })?
+        .labelled("webhooks", DELIVER);
         Ok(Webhooks {
             inner: Arc::new(Inner {
                 db: Db::new(store),

@@ -9,6 +9,7 @@ pub mod body;
 pub mod error;
 pub mod hooks;
 pub mod jobs;
+pub mod metrics;
 pub mod queues;
 pub mod workers;
 
@@ -257,8 +258,10 @@ pub fn app(state: App) -> Router {
     let open_doc = Router::new()
         .route("/openapi.json", get(openapi_json))
         .with_state(doc);
+    metrics::handle();
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::metrics))
         .with_state(state)
         .nest("/api/v1", open_doc.merge(protected))
         .fallback(|| async {

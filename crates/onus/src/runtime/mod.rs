@@ -9,6 +9,7 @@ mod client;
 mod hub;
 mod kind;
 mod maintenance;
+pub mod metrics;
 mod periodic;
 mod pull;
 mod queues;

@@ -149,6 +149,9 @@ impl Client {
                         lease_until: until,
                     })
                     .await?;
+                for j in &jobs {
+                    super::metrics::picked_up(queue, now - j.run_at);
+                }
                 out.extend(jobs.into_iter().map(|job| Claimed {
                     lease_token: token_of(&owner, job.attempt),
                     lease_expires_at: job.lease_expires_at.unwrap_or(until),
@@ -216,6 +219,8 @@ impl Client {
             r => AttemptEnd::Returned(r),
         };
         let transition = decide(&job, end, &policy, now, &mut rand::thread_rng());
+        let took = job.attempted_at.and_then(|t| (now - t).to_std().ok());
+        super::metrics::attempt(&job.kind, &transition, took);
         let finish = super::worker::finish_of(&self.shared, &job, transition, None);
         let applied = self.shared.store.finish(vec![finish]).await?;
         if applied.first() != Some(&true) {

@@ -117,7 +117,9 @@ pub(crate) async fn run_queue(
         } else {
             claimed
         };
+        let claimed_at = shared.clock.now();
         for job in claimed {
+            super::metrics::picked_up(&queue, claimed_at - job.run_at);
             let permit = permits.pop();
             // Held here before anything can await: the rescuer never takes it.
             let hold = shared.hub.register(job.id, job.attempt, started);
@@ -317,6 +319,7 @@ async fn execute(
         },
     };
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
+    let began = Instant::now();
     let mut handle = tokio::spawn(tracing::Instrument::instrument(handler.call(ctx), span));
     let timeout = policy.timeout;
     let end: Option<AttemptEnd> = tokio::select! {
@@ -370,6 +373,7 @@ async fn execute(
         }
         None => Transition::Return,
     };
+    super::metrics::attempt(&job.kind, &transition, Some(began.elapsed()));
     send(
         shared,
         finish,
