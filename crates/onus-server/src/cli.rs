@@ -62,6 +62,23 @@ pub enum Command {
     /// Print or rotate the API token kept in the database.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Make encryption keys and re-encrypt webhook secrets under a new one.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Print a new random encryption key (32 bytes, base64) for ONUS_ENCRYPTION_KEY or
+    /// encryption_key_file.
+    Generate,
+    /// Re-encrypt every webhook secret under a new key (from the configured key, or from
+    /// plaintext when none is configured yet); then configure the new key.
+    RotateEncryption {
+        /// A file holding the new key (else ONUS_NEW_ENCRYPTION_KEY).
+        #[arg(long, value_name = "PATH")]
+        new_key_file: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,6 +231,13 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Token(cmd) => token(&file, &url, cmd).await,
+        Command::Keys(KeysCommand::Generate) => {
+            println!("{}", onus_webhooks::crypto::Key::generate());
+            Ok(())
+        }
+        Command::Keys(KeysCommand::RotateEncryption { new_key_file }) => {
+            rotate_encryption(&file, &url, new_key_file).await
+        }
         Command::Jobs(cmd) => {
             let store = onus::open(&url).await.map_err(|e| e.to_string())?;
             let client = onus::Onus::builder(store)
@@ -223,6 +247,41 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             jobs(client, cmd).await
         }
     }
+}
+
+/// `onus keys rotate-encryption`.
+async fn rotate_encryption(
+    file: &FileConfig,
+    url: &str,
+    new_key_file: Option<PathBuf>,
+) -> Result<(), String> {
+    let text = match &new_key_file {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| format!("--new-key-file {}: cannot read it ({e})", p.display()))?,
+        None => std::env::var("ONUS_NEW_ENCRYPTION_KEY").map_err(|_| {
+            "give the new key: --new-key-file PATH or ONUS_NEW_ENCRYPTION_KEY (`onus keys generate` makes one)".to_string()
+        })?,
+    };
+    let new =
+        onus_webhooks::crypto::Key::from_base64(&text).map_err(|e| format!("the new key: {e}"))?;
+    let store = onus::open_with(url, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    let parts = crate::serve::runtime(store, file)?;
+    parts
+        .onus
+        .check_migrations()
+        .await
+        .map_err(|e| e.to_string())?;
+    let n = parts
+        .webhooks
+        .reencrypt(&new)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "re-encrypted the secrets of {n} endpoint(s) under the new key; configure it now (ONUS_ENCRYPTION_KEY or encryption_key_file) and restart every server"
+    );
+    Ok(())
 }
 
 /// `onus token show|rotate`.

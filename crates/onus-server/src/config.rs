@@ -28,6 +28,9 @@ pub struct FileConfig {
     /// Serve `/metrics` without a token.
     #[serde(default)]
     pub metrics_public: bool,
+    /// A file holding the key webhook secrets are encrypted under at rest (32 bytes, base64);
+    /// `ONUS_ENCRYPTION_KEY` gives the key itself and wins.
+    pub encryption_key_file: Option<PathBuf>,
     /// Queue name to concurrency in this process.
     #[serde(default)]
     pub queues: BTreeMap<String, usize>,
@@ -256,6 +259,34 @@ pub struct RetentionConfig {
     pub completed: Option<String>,
     /// Discarded and cancelled jobs are kept this long (`"7d"`).
     pub discarded: Option<String>,
+}
+
+/// The key webhook secrets are encrypted under: `ONUS_ENCRYPTION_KEY`, else the file
+/// `encryption_key_file` names, else none.
+pub fn encryption_key(
+    file: &FileConfig,
+) -> Result<Option<onus_webhooks::crypto::Key>, ConfigError> {
+    if let Some(k) = std::env::var("ONUS_ENCRYPTION_KEY")
+        .ok()
+        .filter(|k| !k.trim().is_empty())
+    {
+        return onus_webhooks::crypto::Key::from_base64(&k)
+            .map(Some)
+            .map_err(|e| ConfigError(format!("ONUS_ENCRYPTION_KEY: {e}")));
+    }
+    let Some(path) = &file.encryption_key_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "encryption_key_file = {:?}: cannot read it ({e}); `onus keys generate > {}` makes one",
+            path.display(),
+            path.display()
+        ))
+    })?;
+    onus_webhooks::crypto::Key::from_base64(&text)
+        .map(Some)
+        .map_err(|e| ConfigError(format!("encryption_key_file = {:?}: {e}", path.display())))
 }
 
 /// A configuration problem, with what to fix.

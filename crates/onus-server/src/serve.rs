@@ -53,7 +53,8 @@ pub fn runtime_with(
     file: &FileConfig,
     customize: impl FnOnce(onus::Builder) -> onus::Builder,
 ) -> Result<Parts, String> {
-    let webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
+    let mut webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
+    webhooks_cfg.encryption_key = crate::config::encryption_key(file).map_err(|e| e.to_string())?;
     let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
     let hooks =
         onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
@@ -291,6 +292,18 @@ pub async fn prepare_with(
             .check_migrations()
             .await
             .map_err(|e| e.to_string())?;
+    }
+    // Every stored secret opens with the configured key; plaintext ones are encrypted now.
+    let sealed = parts
+        .webhooks
+        .seal_stored_secrets()
+        .await
+        .map_err(|e| format!("webhook secrets: {e}"))?;
+    if sealed > 0 {
+        tracing::info!(
+            endpoints = sealed,
+            "encrypted the stored webhook secrets under the configured key"
+        );
     }
     let auth = auth(&parts, configured_token(file)).await?;
     let app = state(&parts, file, auth);

@@ -38,6 +38,9 @@ fn every_command_has_help() {
         vec!["jobs", "--help"],
         vec!["jobs", "list", "--help"],
         vec!["jobs", "show", "--help"],
+        vec!["token", "--help"],
+        vec!["token", "rotate", "--help"],
+        vec!["keys", "rotate-encryption", "--help"],
         vec!["jobs", "retry", "--help"],
         vec!["jobs", "cancel", "--help"],
         vec!["policy", "--help"],
@@ -306,9 +309,9 @@ fn wait_for_listen(stderr: &mut impl BufRead, log: &mut String) -> String {
         if let Some(i) = line.find("listening on http://") {
             let rest = &line[i + "listening on http://".len()..];
             return rest
-                .split_whitespace()
-                .next()
-                .unwrap()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                .collect::<String>()
                 .trim_end_matches(|c: char| !c.is_ascii_digit())
                 .to_string();
         }
@@ -347,7 +350,8 @@ fn serve_while(
         .env_remove("ONUS_DATABASE_URL")
         .env_remove("ONUS_CONFIG")
         .env("ONUS_LISTEN", "127.0.0.1:0")
-        .env("NO_COLOR", "1")
+        .env_remove("NO_COLOR")
+        .env_remove("ONUS_API_TOKEN")
         .stderr(Stdio::piped())
         .stdout(Stdio::null());
     for (k, v) in env {
@@ -375,7 +379,145 @@ fn serve_while(
     err.read_to_string(&mut rest).unwrap();
     assert!(code.success(), "serve exits cleanly on SIGTERM: {rest}");
     assert!(rest.contains("stopped"), "{rest}");
-    log + &rest
+    let log = log + &rest;
+    assert!(
+        !log.contains('\u{1b}'),
+        "no colour codes when the log is not a terminal: {log}"
+    );
+    log
+}
+
+/// One HTTP call with a bearer token; the whole answer as text.
+fn http_call(addr: &str, method: &str, path: &str, token: &str, body: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn the_generated_token_is_shown_rotated_and_kept_for_a_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = onus(dir.path(), &["token", "show"]);
+    assert!(!o.status.success(), "no token before the first start");
+    let mut tokens = Vec::new();
+    let log = serve_while(dir.path(), &[], "sqlite", |addr| {
+        let show = onus(dir.path(), &["token", "show"]);
+        assert!(show.status.success(), "{}", stderr(&show));
+        let first = stdout(&show).trim().to_string();
+        assert!(first.starts_with("onus_") && first.len() >= 40, "{first}");
+        assert!(http_call(addr, "GET", "/api/v1/kinds", &first, "").starts_with("HTTP/1.1 200"));
+        assert!(
+            http_call(addr, "GET", "/api/v1/kinds", "onus_wrong", "").starts_with("HTTP/1.1 401")
+        );
+        let rot = onus(dir.path(), &["token", "rotate"]);
+        assert!(rot.status.success(), "{}", stderr(&rot));
+        let second = stdout(&rot).trim().to_string();
+        assert_ne!(first, second);
+        assert!(stderr(&rot).contains("1h more"), "{}", stderr(&rot));
+        // Both work during the grace period, in the running server too.
+        let r = http_call(addr, "GET", "/api/v1/kinds", &second, "");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert!(http_call(addr, "GET", "/api/v1/kinds", &first, "").starts_with("HTTP/1.1 200"));
+        assert_eq!(stdout(&onus(dir.path(), &["token", "show"])).trim(), second);
+        let bad = onus(dir.path(), &["token", "rotate", "--grace", "soon"]);
+        assert!(
+            !bad.status.success() && stderr(&bad).contains("--grace"),
+            "{}",
+            stderr(&bad)
+        );
+        let now = onus(dir.path(), &["token", "rotate", "--grace", "0s"]);
+        let third = stdout(&now).trim().to_string();
+        assert!(http_call(addr, "GET", "/api/v1/kinds", &third, "").starts_with("HTTP/1.1 200"));
+        tokens = vec![first, second, third];
+    });
+    assert!(log.contains("generated an API token"), "{log}");
+    for t in &tokens {
+        assert!(!log.contains(t.as_str()), "a token reached the log: {log}");
+    }
+    // A configured token wins, and is not rotated here.
+    let o = Command::new(env!("CARGO_BIN_EXE_onus"))
+        .current_dir(dir.path())
+        .args(["token", "rotate"])
+        .env("ONUS_API_TOKEN", "configured-token")
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && stderr(&o).contains("configured"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = serve_while(
+        dir.path(),
+        &[("ONUS_LOG_FORMAT", "json")],
+        "sqlite",
+        |addr| {
+            http_get(addr, "/api/v1/jobs");
+        },
+    );
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["status"] == 401 && l["span"]["path"] == "/api/v1/jobs"),
+        "request logs carry method, path, status and duration: {log}"
+    );
+}
+
+#[test]
+fn encryption_keys_are_made_and_secrets_re_encrypted() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = stdout(&onus(dir.path(), &["keys", "generate"]))
+        .trim()
+        .to_string();
+    assert_eq!(key.len(), 44, "{key}");
+    std::fs::write(dir.path().join("new.key"), &key).unwrap();
+    std::fs::write(dir.path().join("bad.key"), "short").unwrap();
+    assert!(onus(dir.path(), &["migrate"]).status.success());
+    let o = onus(
+        dir.path(),
+        &["keys", "rotate-encryption", "--new-key-file", "new.key"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("re-encrypted the secrets of 0 endpoint(s)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = onus(
+        dir.path(),
+        &["keys", "rotate-encryption", "--new-key-file", "bad.key"],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("32 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        "encryption_key_file = 'missing.key'\n",
+    )
+    .unwrap();
+    let o = onus(dir.path(), &["serve", "--listen", "127.0.0.1:0"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("missing.key"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

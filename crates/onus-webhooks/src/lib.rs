@@ -12,6 +12,7 @@
 //! both. Five days of continuous failure, or a 410, disables the endpoint and its pending
 //! deliveries are discarded. Redeliver runs every discarded delivery of the last 14 days again.
 
+pub mod crypto;
 mod delivery;
 mod error;
 mod fanout;
@@ -68,6 +69,8 @@ pub struct WebhookConfig {
     pub allow_networks: Vec<String>,
     /// How long events and delivery attempts are kept (a delivery of a pruned event is discarded).
     pub retention: Duration,
+    /// The key endpoint secrets are encrypted under at rest (none: stored as they are).
+    pub encryption_key: Option<crypto::Key>,
 }
 
 impl Default for WebhookConfig {
@@ -82,6 +85,7 @@ impl Default for WebhookConfig {
             redeliver_max: 10_000,
             allow_networks: Vec::new(),
             retention: Duration::from_secs(30 * 86_400),
+            encryption_key: None,
         }
     }
 }
@@ -194,6 +198,82 @@ impl Webhooks {
         })
     }
 
+    fn seal(&self, secret: &str) -> String {
+        crypto::seal_all(
+            self.inner.cfg.encryption_key.as_ref(),
+            &[secret.to_string()],
+        )
+        .remove(0)
+    }
+
+    /// An endpoint's signing secrets in plaintext, newest first.
+    pub(crate) fn plain_secrets(&self, ep: &Endpoint) -> Result<Vec<String>, crypto::CryptoError> {
+        crypto::open_all(self.inner.cfg.encryption_key.as_ref(), &ep.secrets)
+    }
+
+    /// Checks that every stored secret opens with the configured key (or that none is encrypted
+    /// when no key is configured), and encrypts the plaintext ones when a key is configured.
+    /// Returns how many endpoints were encrypted now. Run at every start.
+    pub async fn seal_stored_secrets(&self) -> Result<usize, Error> {
+        let key = self.inner.cfg.encryption_key.clone();
+        let mut changed = 0;
+        for ep in self.endpoints().await? {
+            crypto::open_all(key.as_ref(), &ep.secrets)
+                .map_err(|e| Error::Invalid(format!("endpoint {}: {e}", ep.id)))?;
+            let Some(k) = &key else { continue };
+            if ep.secrets.iter().all(|s| crypto::is_sealed(s)) {
+                continue;
+            }
+            let sealed: Vec<String> = ep
+                .secrets
+                .iter()
+                .map(|s| {
+                    if crypto::is_sealed(s) {
+                        s.clone()
+                    } else {
+                        k.seal(s)
+                    }
+                })
+                .collect();
+            let now = chrono::Utc::now();
+            let id = ep.id.clone();
+            self.inner
+                .db
+                .tx(move |tx| {
+                    Box::pin(async move { sql::set_secrets(tx, &id, &sealed, now).await })
+                })
+                .await?;
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
+    /// Re-encrypts every endpoint's secrets under `new` (from the configured key, or from
+    /// plaintext), in one transaction; returns how many endpoints. Configure `new` afterwards.
+    pub async fn reencrypt(&self, new: &crypto::Key) -> Result<usize, Error> {
+        let old = self.inner.cfg.encryption_key.clone();
+        let mut rows = Vec::new();
+        for ep in self.endpoints().await? {
+            let plain = crypto::open_all(old.as_ref(), &ep.secrets)
+                .map_err(|e| Error::Invalid(format!("endpoint {}: {e}", ep.id)))?;
+            rows.push((ep.id, plain.iter().map(|s| new.seal(s)).collect::<Vec<_>>()));
+        }
+        let n = rows.len();
+        let now = chrono::Utc::now();
+        self.inner
+            .db
+            .tx(move |tx| {
+                Box::pin(async move {
+                    for (id, sealed) in rows {
+                        sql::set_secrets(tx, &id, &sealed, now).await?;
+                    }
+                    Ok::<_, Error>(())
+                })
+            })
+            .await?;
+        Ok(n)
+    }
+
     fn client(&self) -> Result<&onus::Client, Error> {
         self.inner.client.get().ok_or(Error::NotRegistered)
     }
@@ -218,7 +298,7 @@ impl Webhooks {
             url,
             description: new.description,
             event_types: new.event_types,
-            secret: secret.clone(),
+            secret: self.seal(&secret),
             now: self.client()?.now(),
             tenant: new.tenant,
             headers: new.headers,
@@ -269,7 +349,8 @@ impl Webhooks {
             }
             None => signing::new_secret(),
         };
-        let mut secrets = vec![new.clone()];
+        // Stored as they are: the previous one is kept in whatever form it was stored.
+        let mut secrets = vec![self.seal(&new)];
         secrets.extend(ep.secrets.into_iter().take(1));
         let now = self.client()?.now();
         let id = ep.id;

@@ -14,10 +14,11 @@ use subtle::ConstantTimeEq as _;
 use super::{ApiError, App};
 use crate::secrets::{self, Secrets, Version};
 
-/// How long the accepted tokens are cached before they are read again. A token this process has
-/// not seen (rotated by another process) is looked up at once, at most once a second.
+/// How long the accepted tokens are cached before they are read again (so a token retired by
+/// another process stops working here within this long). A token this process has not seen
+/// (made by a rotation elsewhere) is looked up at once: misses share one read at a time, so
+/// wrong tokens cost the database at most one small read in flight.
 const CACHE_FOR: Duration = Duration::from_secs(10);
-const MISS_EVERY: Duration = Duration::from_secs(1);
 
 /// The prefix of generated API tokens.
 pub const TOKEN_PREFIX: &str = "onus_";
@@ -27,6 +28,7 @@ pub struct Auth {
     configured: Option<String>,
     secrets: Secrets,
     cache: Mutex<Cache>,
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -40,6 +42,7 @@ impl std::fmt::Debug for Auth {
 #[derive(Default)]
 struct Cache {
     tokens: Vec<Version>,
+    /// When the read that filled it began.
     read_at: Option<Instant>,
 }
 
@@ -54,6 +57,7 @@ impl Auth {
             configured,
             secrets,
             cache: Mutex::new(Cache::default()),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -62,28 +66,30 @@ impl Auth {
         self.configured.is_some()
     }
 
-    fn cached(&self, presented: &str, now: onus::Timestamp) -> (bool, bool) {
+    /// Whether `presented` is among the cached tokens (and the cache is fresh), and when the
+    /// cache was read.
+    fn cached(&self, presented: &str, now: onus::Timestamp) -> (bool, Option<Instant>) {
         let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        let hit = c.tokens.iter().any(|v| {
+        let hit = c.tokens.iter().fold(false, |any, v| {
             // Every version is compared, so the time taken does not tell which one matched.
             let valid = v.expires_at.is_none_or(|t| t > now);
-            matches(&v.value, presented) & valid
+            any | (matches(&v.value, presented) & valid)
         });
-        let age = c.read_at.map(|t| t.elapsed());
-        let fresh = age.is_some_and(|a| a < CACHE_FOR);
-        let may_reread = age.is_none_or(|a| a >= MISS_EVERY);
-        (hit && fresh, may_reread)
+        let fresh = c.read_at.is_some_and(|t| t.elapsed() < CACHE_FOR);
+        (hit && fresh, c.read_at)
     }
 
     /// Reads the accepted tokens again.
     pub async fn refresh(&self) -> Result<(), onus::StoreError> {
+        // Stamped with when the read began: it sees every token made before then.
+        let began = Instant::now();
         let tokens = self
             .secrets
             .valid(secrets::API_TOKEN, chrono::Utc::now())
             .await?;
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         c.tokens = tokens;
-        c.read_at = Some(Instant::now());
+        c.read_at = Some(began);
         Ok(())
     }
 
@@ -93,12 +99,15 @@ impl Auth {
             return Ok(matches(t, presented));
         }
         let now = chrono::Utc::now();
-        let (hit, may_reread) = self.cached(presented, now);
-        if hit {
+        let asked = Instant::now();
+        if self.cached(presented, now).0 {
             return Ok(true);
         }
-        if !may_reread {
-            return Ok(false);
+        let _one_at_a_time = self.reading.lock().await;
+        // A read that began after this request did sees what this one would.
+        let (hit, read_at) = self.cached(presented, now);
+        if hit || read_at.is_some_and(|t| t > asked) {
+            return Ok(hit);
         }
         self.refresh().await?;
         Ok(self.cached(presented, now).0)

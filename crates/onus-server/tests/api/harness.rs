@@ -52,8 +52,13 @@ pub async fn api(backend: Backend) -> World {
 
 pub async fn api_with(backend: Backend, toml: &str) -> World {
     let db = TestDb::new(backend).await;
+    api_in(db, backend, toml).await.unwrap()
+}
+
+/// A server on `db` (kept), or why it would not start.
+pub async fn api_in(db: TestDb, backend: Backend, toml: &str) -> Result<World, (TestDb, String)> {
     let file = onus_server::config::parse(toml).unwrap();
-    let (parts, app) = serve::prepare_with(&file, &db.url, true, |b| {
+    let prepared = serve::prepare_with(&file, &db.url, true, |b| {
         // Lapsed leases of outside workers are found within a fraction of a second.
         b.options(onus::Options {
             rescue_interval: Duration::from_millis(100),
@@ -75,8 +80,11 @@ pub async fn api_with(backend: Backend, toml: &str) -> World {
             onus::NewJob::new("report.build", json!({"period": "night"})),
         ))
     })
-    .await
-    .unwrap();
+    .await;
+    let (parts, app) = match prepared {
+        Ok(p) => p,
+        Err(e) => return Err((db, e)),
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = Server::start(&parts, app, listener).unwrap();
     let token = parts
@@ -86,7 +94,7 @@ pub async fn api_with(backend: Backend, toml: &str) -> World {
         .unwrap()
         .remove(0)
         .value;
-    World {
+    Ok(World {
         base: format!("http://{}", server.addr),
         _db: db,
         parts,
@@ -94,10 +102,22 @@ pub async fn api_with(backend: Backend, toml: &str) -> World {
         token,
         http: reqwest::Client::new(),
         backend,
-    }
+    })
 }
 
 impl World {
+    /// Stops this server and starts another on the same database under `toml`.
+    pub async fn restart(self, toml: &str) -> Result<World, String> {
+        let World {
+            _db,
+            _server,
+            backend,
+            ..
+        } = self;
+        _server.shutdown(Duration::from_secs(5)).await.unwrap();
+        api_in(_db, backend, toml).await.map_err(|(_, e)| e)
+    }
+
     /// A call with the right token; the answer's status and JSON (`null` for an empty body).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());

@@ -8,6 +8,7 @@ mod harness;
 mod jobs;
 mod openapi;
 mod push;
+mod secrets;
 mod webhooks;
 mod workers;
 
@@ -47,6 +48,10 @@ onus_testkit::both!(
     push: [
         a_push_kind_posts_each_job_signed_and_the_answer_is_classified,
         a_retry_after_snoozes_a_push_without_spending_an_attempt,
+    ],
+    secrets: [
+        secrets_are_encrypted_at_rest_once_a_key_is_configured,
+        secrets_are_re_encrypted_under_a_new_key,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );
