@@ -63,7 +63,7 @@ async fn workload(backend: Backend) {
     })
     .await;
     let toml = format!(
-        "{}\n[http]\nallow_networks = [\"127.0.0.1/32\"]\n[kinds.\"webhook.deliver\".policy]\nmax_attempts = 4\nbackoff = {{ schedule = [\"100ms\"] }}\njitter = 0.0\nalert_on_exhaustion = true\n",
+        "{}\n[kinds.\"webhook.deliver\".policy]\nmax_attempts = 4\nbackoff = {{ schedule = [\"100ms\"] }}\njitter = 0.0\nalert_on_exhaustion = true\n",
         harness::CONFIG
     );
     let w = harness::api_with(backend, &toml).await;

@@ -1,9 +1,8 @@
 //! The JSON body extractor: over the limit is 413, not JSON is 400, JSON of the wrong shape is
 //! 422 naming the field; all in the API's error shape.
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{FromRequest, Request};
+use futures_util::StreamExt as _;
 use serde::de::DeserializeOwned;
 
 use super::{ApiError, App};
@@ -42,15 +41,33 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// The body's bytes, within the limit.
-async fn read(req: Request, state: &App) -> Result<Bytes, ApiError> {
+/// How much of a body over the limit is still read (and dropped) before the 413, so a client
+/// that sends it whole reads the answer instead of a broken connection.
+const DRAIN_CAP: usize = 64 << 20;
+
+/// The body's bytes, within the limit; over it, a 413.
+async fn read(req: Request, state: &App) -> Result<Vec<u8>, ApiError> {
     let limit = limit_of(&req, state);
-    Bytes::from_request(req, state).await.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            ApiError::too_large(limit)
+    let mut stream = req.into_body().into_data_stream();
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::malformed(format!("cannot read the request body: {e}")))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > limit {
+            buf = Vec::new();
+            if seen > DRAIN_CAP {
+                break;
+            }
+            continue;
         }
-        other => ApiError::malformed(other.body_text()),
-    })
+        buf.extend_from_slice(&chunk);
+    }
+    if seen > limit {
+        return Err(ApiError::too_large(limit));
+    }
+    Ok(buf)
 }
 
 impl<T: DeserializeOwned> FromRequest<App> for Body<T> {

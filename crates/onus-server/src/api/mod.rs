@@ -145,11 +145,8 @@ struct ApiDoc;
 
 /// The `/api/v1` routes and their OpenAPI document (paths relative to `/api/v1`).
 pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
-    let (batch, batch_doc) = OpenApiRouter::<App>::new()
+    let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(utoipa_axum::routes!(jobs::insert_batch))
-        .layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT))
-        .split_for_parts();
-    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(utoipa_axum::routes!(jobs::insert, jobs::list))
         .routes(utoipa_axum::routes!(jobs::show, jobs::delete))
         .routes(utoipa_axum::routes!(jobs::retry_one))
@@ -185,8 +182,7 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(alerts::list))
         .routes(utoipa_axum::routes!(alerts::ack))
         .split_for_parts();
-    doc.merge(batch_doc);
-    (router.merge(batch), doc)
+    (router, doc)
 }
 
 /// The OpenAPI document as served at `/api/v1/openapi.json` (paths with their `/api/v1` prefix).
@@ -248,8 +244,9 @@ async fn openapi_json(State(doc): State<Arc<serde_json::Value>>) -> Json<serde_j
 pub fn app(state: App) -> Router {
     let (api, doc) = routes();
     let doc = Arc::new(serde_json::to_value(prefixed(doc)).unwrap_or_default());
+    // Bodies are read by the API's own extractors, each within its call's limit.
     let protected = api
-        .layer(DefaultBodyLimit::max(state.limits.body))
+        .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

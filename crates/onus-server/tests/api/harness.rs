@@ -17,6 +17,9 @@ reports = 2
 [webhooks]
 allow_networks = ["127.0.0.1/32"]
 
+[http]
+allow_networks = ["127.0.0.1/32"]
+
 [kinds."report.build"]
 queue = "reports"
 [kinds."report.build".policy]

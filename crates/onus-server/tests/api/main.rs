@@ -4,6 +4,7 @@
 
 mod admin;
 mod errors;
+mod examples;
 mod harness;
 mod jobs;
 mod openapi;
@@ -53,5 +54,6 @@ onus_testkit::both!(
         secrets_are_encrypted_at_rest_once_a_key_is_configured,
         secrets_are_re_encrypted_under_a_new_key,
     ],
+    examples: [the_search_indexing_example_survives_two_503s],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );

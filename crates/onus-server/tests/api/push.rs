@@ -13,9 +13,6 @@ async fn pushing(w: World, sink: &HttpSink) -> World {
     drop(w);
     let toml = format!(
         r#"{CONFIG}
-[http]
-allow_networks = ["127.0.0.1/32"]
-
 [kinds."push.ok"]
 url = "{ok}"
 headers = {{ "x-team" = "reports" }}
