@@ -621,3 +621,117 @@ fn bad_webhook_settings_stop_serve_with_what_to_fix() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("allow_networks"), "{}", stderr(&o));
 }
+
+/// A running `onus serve` and where it listens.
+struct Served {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Served {
+    fn start(dir: &Path, env: &[(&str, &str)]) -> Served {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_onus"));
+        cmd.current_dir(dir)
+            .arg("serve")
+            .env_remove("ONUS_CONFIG")
+            .env_remove("ONUS_API_TOKEN")
+            .env("ONUS_LISTEN", "127.0.0.1:0")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut log = String::new();
+        let addr = wait_for_listen(&mut err, &mut log);
+        // Keep reading the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        Served { child, addr }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON body of an HTTP answer.
+fn json_of(answer: &str) -> serde_json::Value {
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{answer}: {e}"))
+}
+
+/// Polls `GET path` on `addr` until `done` holds, at most 30 s.
+fn wait_until(
+    addr: &str,
+    path: &str,
+    token: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = json_of(&http_call(addr, "GET", path, token, ""));
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "GET {path} never got there: {v}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_postgresql_share_jobs_pauses_and_the_token() {
+    let sink =
+        onus_testkit::sink::HttpSink::start(|_, _| onus_testkit::sink::Reply::status(200)).await;
+    let target = sink.url("/work");
+    let url = onus_testkit::PgCluster::shared()
+        .fresh_database()
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("onus.toml"),
+            "[queues]\ndefault = 2\nother = 1\n[http]\nallow_networks = [\"127.0.0.1/32\"]\n",
+        )
+        .unwrap();
+        let env = [("ONUS_DATABASE_URL", url.as_str())];
+        let a = Served::start(dir.path(), &env);
+        let b = Served::start(dir.path(), &env);
+        let show = Command::new(env!("CARGO_BIN_EXE_onus"))
+            .current_dir(dir.path())
+            .args(["token", "show"])
+            .env("ONUS_DATABASE_URL", &url)
+            .output()
+            .unwrap();
+        let token = stdout(&show).trim().to_string();
+        assert!(token.starts_with("onus_"), "{}", stderr(&show));
+        let job = |queue: &str| {
+            format!(r#"{{"kind": "http.request", "queue": "{queue}", "args": {{"method": "POST", "url": "{target}"}}}}"#)
+        };
+        // A job inserted through one server runs in either; both see it done.
+        let j = json_of(&http_call(&a.addr, "POST", "/api/v1/jobs", &token, &job("default")));
+        let id = j["id"].as_i64().unwrap();
+        wait_until(&b.addr, &format!("/api/v1/jobs/{id}"), &token, |v| v["state"] == "completed");
+        // A queue paused through one is paused in both.
+        let p = json_of(&http_call(&a.addr, "POST", "/api/v1/queues/default/pause", &token, ""));
+        assert_eq!(p["paused"], json!(true), "{p}");
+        let qs = json_of(&http_call(&b.addr, "GET", "/api/v1/queues", &token, ""));
+        let default = qs["queues"].as_array().unwrap().iter().find(|q| q["name"] == "default").unwrap().clone();
+        assert_eq!(default["paused"], json!(true), "{qs}");
+        let held = json_of(&http_call(&b.addr, "POST", "/api/v1/jobs", &token, &job("default")))["id"].as_i64().unwrap();
+        let other = json_of(&http_call(&b.addr, "POST", "/api/v1/jobs", &token, &job("other")))["id"].as_i64().unwrap();
+        wait_until(&a.addr, &format!("/api/v1/jobs/{other}"), &token, |v| v["state"] == "completed");
+        let h = json_of(&http_call(&a.addr, "GET", &format!("/api/v1/jobs/{held}"), &token, ""));
+        assert_eq!(h["state"], json!("available"), "no process claims from a paused queue: {h}");
+        http_call(&b.addr, "POST", "/api/v1/queues/default/resume", &token, "");
+        wait_until(&a.addr, &format!("/api/v1/jobs/{held}"), &token, |v| v["state"] == "completed");
+        drop((a, b));
+    })
+    .await
+    .unwrap();
+    assert_eq!(sink.count(), 3);
+}
