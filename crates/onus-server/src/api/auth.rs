@@ -124,6 +124,19 @@ pub fn bearer(req: &Request) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// Middleware: refuses a URL whose path or query holds a NUL character (`%00`), which no
+/// database stores alike, with 422 before anything reads it.
+pub async fn refuse_nul(req: Request, next: Next) -> Result<Response, ApiError> {
+    let uri = req.uri();
+    let raw = format!("{}?{}", uri.path(), uri.query().unwrap_or_default());
+    if raw.to_ascii_lowercase().contains("%00") {
+        return Err(ApiError::invalid(
+            "the URL contains a NUL character (%00); remove it",
+        ));
+    }
+    Ok(next.run(req).await)
+}
+
 /// Middleware: refuses a request without an accepted token with 401, before it is read.
 pub async fn require_token(
     State(app): State<App>,

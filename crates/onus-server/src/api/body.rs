@@ -30,6 +30,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     }
     let v: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::malformed(format!("the body is not valid JSON: {e}")))?;
+    // Neither database stores a NUL in text alike: refused at the door, naming where it is.
+    if let Some(at) = onus::job::find_nul(&v, "body") {
+        return Err(ApiError::invalid(format!(
+            "{at} contains a NUL character (\\u0000), which cannot be stored; remove it or encode the value (base64, say)"
+        )));
+    }
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();

@@ -500,25 +500,42 @@ pub async fn bulk(app: &App, action: Bulk, body: &BulkBody) -> Result<BulkAnswer
         }
         n
     } else {
+        let done = match action {
+            Bulk::Retry => app
+                .client
+                .retry_where(&filter)
+                .await
+                .map(|o| (o.retried.len(), 0)),
+            Bulk::Cancel => app
+                .client
+                .cancel_where(&filter)
+                .await
+                .map(|o| (o.cancelled.len(), o.requested.len())),
+            Bulk::Delete => app
+                .client
+                .delete_where(&filter)
+                .await
+                .map(|ids| (ids.len(), 0)),
+        };
+        let (done, requested) = match done {
+            Ok(d) => d,
+            // A filter of one id is still a bulk action: a job absent or in another state is
+            // counted as refused, not an error.
+            Err(onus::Error::Store(
+                onus::StoreError::NotFound(_) | onus::StoreError::Conflict(_),
+            )) if filter.ids.len() == 1 => (0, 0),
+            Err(e) => return Err(e.into()),
+        };
+        let (done, requested) = (done as u64, requested as u64);
         match action {
-            Bulk::Retry => {
-                let out = app.client.retry_where(&filter).await?;
-                let n = out.retried.len() as u64;
-                a.retried = Some(n);
-                n
-            }
+            Bulk::Retry => a.retried = Some(done),
             Bulk::Cancel => {
-                let out = app.client.cancel_where(&filter).await?;
-                a.cancelled = Some(out.cancelled.len() as u64);
-                a.cancel_requested = Some(out.requested.len() as u64);
-                (out.cancelled.len() + out.requested.len()) as u64
+                a.cancelled = Some(done);
+                a.cancel_requested = Some(requested);
             }
-            Bulk::Delete => {
-                let n = app.client.delete_where(&filter).await?.len() as u64;
-                a.deleted = Some(n);
-                n
-            }
+            Bulk::Delete => a.deleted = Some(done),
         }
+        done + requested
     };
     a.refused = a.matched.saturating_sub(acted);
     Ok(a)

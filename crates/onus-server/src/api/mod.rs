@@ -135,6 +135,47 @@ impl Modify for Security {
     }
 }
 
+/// Adds the answers every call can give to every operation: 401 without the token, 400 and
+/// 413 for a body, 422 for invalid input, 503 when the database cannot be reached.
+fn common_errors(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let answer = |what: &str| {
+        ResponseBuilder::new()
+            .description(what)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build()
+    };
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for op in ops.into_iter().flatten() {
+            let has_body = op.request_body.is_some();
+            let r = &mut op.responses.responses;
+            let mut add = |code: &str, what: &str| {
+                r.entry(code.to_string())
+                    .or_insert_with(|| answer(what).into());
+            };
+            add("401", "no token, or a wrong one");
+            add("422", "invalid input; the message names the field");
+            add("503", "the database cannot be reached now");
+            if has_body {
+                add("400", "the body is not JSON");
+                add("413", "the body is over the limit");
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Onus", description = "The Onus HTTP API: jobs, queues, kinds, webhooks, alerts and pull workers. Every call takes `Authorization: Bearer <token>`."),
@@ -182,6 +223,8 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(alerts::list))
         .routes(utoipa_axum::routes!(alerts::ack))
         .split_for_parts();
+    let mut doc = doc;
+    common_errors(&mut doc);
     (router, doc)
 }
 
@@ -247,6 +290,7 @@ pub fn app(state: App) -> Router {
     // Bodies are read by the API's own extractors, each within its call's limit.
     let protected = api
         .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(auth::refuse_nul))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

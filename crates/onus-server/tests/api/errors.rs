@@ -88,6 +88,10 @@ pub async fn refused_calls_say_why_and_change_nothing(w: World) {
             "queue must not be empty",
         ),
         (json!({"args": {}}), "missing field `kind`"),
+        (
+            json!({"kind": "report.build", "tags": ["a\u{0}b"]}),
+            "body.tags[0] contains a NUL character",
+        ),
     ];
     for (body, want) in cases {
         let (s, e) = w.post("/api/v1/jobs", body.clone()).await;
@@ -103,6 +107,8 @@ pub async fn refused_calls_say_why_and_change_nothing(w: World) {
             "created_after: \"yesterday\"",
         ),
         ("/api/v1/jobs?colour=red", "unknown field `colour`"),
+        ("/api/v1/endpoints?tenant=a%00b", "NUL character"),
+        ("/api/v1/jobs?q=%00", "NUL character"),
     ] {
         let (s, e) = w.get(path).await;
         assert_eq!(s, 422, "{path}: {e}");
