@@ -425,6 +425,51 @@ mod tests {
     }
 
     #[test]
+    fn every_toml_example_in_the_readme_parses() {
+        let readme = include_str!("../../../README.md");
+        let mut n = 0;
+        for block in readme.split("```toml\n").skip(1) {
+            let text = &block[..block.find("```").unwrap_or(block.len())];
+            if let Err(e) = parse(text) {
+                panic!("a README example does not parse: {e}\n{text}");
+            }
+            n += 1;
+        }
+        assert!(n >= 2, "the README shows its configuration");
+    }
+
+    #[test]
+    fn an_unknown_key_names_itself_and_where_it_is() {
+        for (text, want) in [
+            ("[webhooks]\ncooldwn = \"5m\"\n", "cooldwn"),
+            ("[kinds.\"x\"]\nurll = \"http://a\"\n", "urll"),
+            ("[kinds.\"x\".policy]\nmax_attempt = 3\n", "max_attempt"),
+            ("metrics_publik = true\n", "metrics_publik"),
+        ] {
+            let e = parse(text).unwrap_err().0;
+            assert!(
+                e.contains(want) && e.contains("unknown field"),
+                "{text}: {e}"
+            );
+        }
+        let e = parse("[kinds.\"x\"]\nurl = \"ftp://a\"\n").unwrap_err().0;
+        assert!(
+            e.contains("[kinds.\"x\"] url") && e.contains("http or https"),
+            "{e}"
+        );
+        let e = parse("[kinds.\"x\"]\nheaders = { a = \"b\" }\n")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("push kinds only"), "{e}");
+        let e = parse("body_limit = \"lots\"\n").unwrap_err().0;
+        assert!(e.contains("is not a size"), "{e}");
+        assert_eq!(
+            parse("body_limit = \"4MiB\"\n").unwrap().body_limit,
+            Some(ByteSize(4 << 20))
+        );
+    }
+
+    #[test]
     fn bad_input_says_what_to_fix() {
         let e = parse("[kinds.\"x\".policy]\njitter = 3.0").unwrap_err();
         assert!(e.0.contains("jitter"), "{e}");

@@ -735,3 +735,34 @@ async fn two_servers_on_postgresql_share_jobs_pauses_and_the_token() {
     .unwrap();
     assert_eq!(sink.count(), 3);
 }
+
+#[test]
+fn a_policy_override_shows_alike_in_policy_show_and_get_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        "[kinds.\"report.build\".policy]\nmax_attempts = 4\nbackoff = { schedule = [\"5s\", \"2m\"] }\n",
+    )
+    .unwrap();
+    let shown = onus(dir.path(), &["policy", "show", "report.build", "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&shown)).unwrap();
+    assert_eq!(shown["policy"]["max_attempts"], json!(4));
+    let mut served = serde_json::Value::Null;
+    serve_while(dir.path(), &[], "sqlite", |addr| {
+        let token = stdout(&onus(dir.path(), &["token", "show"]))
+            .trim()
+            .to_string();
+        let kinds = json_of(&http_call(addr, "GET", "/api/v1/kinds", &token, ""));
+        served = kinds["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "report.build")
+            .unwrap()
+            .clone();
+    });
+    assert_eq!(served["timeline"], shown["timeline"], "{served}");
+    assert_eq!(served["policy"], shown["policy"]);
+    assert_eq!(served["span_seconds"], json!(245.0));
+}
