@@ -13,8 +13,10 @@
 //!   `{"peer", "mode", "error"}` and a non-zero exit.
 //!
 //! `onus-bench suite` runs every mode on SQLite and on a throwaway PostgreSQL (durable settings)
-//! several times in one run and prints medians and ratios.
+//! several times in one run and prints medians and ratios; `onus-bench api` runs the HTTP API's
+//! workloads (inserts through `POST /jobs` and `POST /jobs/batch`, pull workers) the same way.
 
+mod api;
 mod contract;
 mod suite;
 mod worker;
@@ -25,8 +27,10 @@ fn main() -> ExitCode {
     if std::env::var("ONUS_BENCH_ROLE").as_deref() == Ok("worker") {
         return worker::main();
     }
-    if std::env::args().nth(1).as_deref() == Some("suite") {
-        return suite::main();
+    match std::env::args().nth(1).as_deref() {
+        Some("suite") => return suite::main(),
+        Some("api") => return api::main(),
+        _ => {}
     }
     contract::main()
 }

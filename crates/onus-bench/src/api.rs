@@ -1,0 +1,239 @@
+//! `onus-bench api`: the HTTP API's workloads against a real `onus serve` (in this process, on a
+//! loopback listener) on SQLite and on a throwaway PostgreSQL (durable settings), each a fresh
+//! database, several times in one run; prints medians as a Markdown table:
+//!
+//! - `POST /jobs`: jobs inserted per second, one per request, from `--clients` concurrent clients;
+//! - `POST /jobs/batch`: jobs inserted per second, in batches of 1,000;
+//! - pull workers: jobs claimed and completed per second by `--clients` concurrent workers
+//!   (`POST /queues/{name}/claim` with `limit` 50, then one `POST /jobs/{id}/complete` each).
+//!
+//! Options: `--reps R` (3), `--n N` (single inserts, 5000; the batch and pull workloads use 10 N),
+//! `--clients C` (16).
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+const CONFIG: &str = "[queues]\ndefault = 10\n[kinds.\"bench.pull\"]\nqueue = \"pulled\"\n";
+
+struct Server {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+    _server: onus_server::serve::Server,
+}
+
+impl Server {
+    async fn start(url: &str) -> Result<Server, String> {
+        let file = onus_server::config::parse(CONFIG).map_err(|e| e.to_string())?;
+        let (parts, app) = onus_server::serve::prepare(&file, url, true).await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let server = onus_server::serve::Server::start(&parts, app, listener)?;
+        let token = parts
+            .secrets
+            .valid(onus_server::secrets::API_TOKEN, chrono::Utc::now())
+            .await
+            .map_err(|e| e.to_string())?
+            .first()
+            .map(|v| v.value.clone())
+            .ok_or("no token")?;
+        Ok(Server {
+            base: format!("http://{}", server.addr),
+            token,
+            http: reqwest::Client::new(),
+            _server: server,
+        })
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let r = self
+            .http
+            .post(format!("{}/api/v1{path}", self.base))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = r.status();
+        let text = r.text().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{path}: {status} {text}"));
+        }
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+}
+
+/// Jobs per second through `POST /jobs`, one job per request.
+async fn singles(s: &Arc<Server>, n: usize, clients: usize) -> Result<f64, String> {
+    let left = Arc::new(AtomicUsize::new(n));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (s, left) = (s.clone(), left.clone());
+        tasks.push(tokio::spawn(async move {
+            while left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+                .is_ok()
+            {
+                s.post("/jobs", &json!({"kind": "bench.pull", "args": {"n": 1}}))
+                    .await?;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Jobs per second through `POST /jobs/batch`, 1,000 a batch.
+async fn batches(s: &Server, n: usize) -> Result<f64, String> {
+    let batch: Vec<Value> = (0..1000)
+        .map(|i| json!({"kind": "bench.pull", "args": {"i": i}}))
+        .collect();
+    let body = json!({ "jobs": batch });
+    let started = Instant::now();
+    for _ in 0..n.div_ceil(1000) {
+        s.post("/jobs/batch", &body).await?;
+    }
+    Ok((n.div_ceil(1000) * 1000) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Jobs per second claimed and completed by `clients` pull workers, until `n` are done.
+async fn pull(s: &Arc<Server>, n: usize, clients: usize) -> Result<f64, String> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (s, done) = (s.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while done.load(Ordering::SeqCst) < n {
+                let got = s
+                    .post(
+                        "/queues/pulled/claim",
+                        &json!({"kinds": ["bench.pull"], "limit": 50}),
+                    )
+                    .await?;
+                let jobs = got["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.is_empty() {
+                    break;
+                }
+                for j in jobs {
+                    s.post(
+                        &format!("/jobs/{}/complete", j["id"]),
+                        &json!({"lease_token": j["lease_token"]}),
+                    )
+                    .await?;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok(done.load(Ordering::SeqCst) as f64 / started.elapsed().as_secs_f64())
+}
+
+struct Opts {
+    reps: usize,
+    n: usize,
+    clients: usize,
+}
+
+fn opts() -> Result<Opts, String> {
+    let mut o = Opts {
+        reps: 3,
+        n: 5000,
+        clients: 16,
+    };
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+        let n: usize = v.parse().map_err(|_| format!("{a} {v}: not a number"))?;
+        match a.as_str() {
+            "--reps" => o.reps = n.max(1),
+            "--n" => o.n = n.max(1),
+            "--clients" => o.clients = n.max(1),
+            _ => return Err(format!("unknown option {a}; see the module docs")),
+        }
+    }
+    Ok(o)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+async fn run(o: &Opts) -> Result<(), String> {
+    let pg = onus_testkit::PgCluster::start().map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    println!(
+        "| workload (median of {}) | SQLite jobs/s | PostgreSQL jobs/s |",
+        o.reps
+    );
+    println!("|---|---|---|");
+    let mut rows: Vec<(String, [Vec<f64>; 2])> = vec![
+        (
+            format!("`POST /jobs`, {} clients", o.clients),
+            Default::default(),
+        ),
+        (
+            "`POST /jobs/batch`, 1,000 a batch".into(),
+            Default::default(),
+        ),
+        (
+            format!("pull: claim 50 + complete each, {} workers", o.clients),
+            Default::default(),
+        ),
+    ];
+    for rep in 0..o.reps {
+        for (b, backend) in ["sqlite", "postgres"].into_iter().enumerate() {
+            let url = match backend {
+                "sqlite" => format!(
+                    "sqlite://{}",
+                    dir.path().join(format!("api-{rep}.db")).display()
+                ),
+                _ => pg.fresh_database().await.map_err(|e| e.to_string())?,
+            };
+            let s = Arc::new(Server::start(&url).await?);
+            rows[0].1[b].push(singles(&s, o.n, o.clients).await?);
+            rows[1].1[b].push(batches(&s, o.n * 10).await?);
+            rows[2].1[b].push(pull(&s, o.n * 10, o.clients).await?);
+            eprintln!("rep {rep} {backend}: done");
+        }
+    }
+    for (name, [sqlite, postgres]) in rows {
+        println!(
+            "| {name} | {:.0} | {:.0} |",
+            median(sqlite),
+            median(postgres)
+        );
+    }
+    Ok(())
+}
+
+pub fn main() -> ExitCode {
+    let result = opts().and_then(|o| {
+        tokio::runtime::Runtime::new()
+            .map_err(|e| e.to_string())?
+            .block_on(run(&o))
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("onus-bench api: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
