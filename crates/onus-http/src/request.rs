@@ -33,6 +33,41 @@ pub struct HttpRequestArgs {
 }
 
 impl HttpRequestArgs {
+    /// Checks args as an inserter sends them, before the job exists: they decode, the method is
+    /// a method and the URL an `http` or `https` URL. The error names the field. (Whether the
+    /// destination may be reached is the guard's, at each attempt.)
+    pub fn check(args: &serde_json::Value) -> Result<HttpRequestArgs, String> {
+        let a: HttpRequestArgs = serde_path_to_error::deserialize(args).map_err(|e| {
+            let path = e.path().to_string();
+            let at = if path == "." {
+                "args".to_string()
+            } else {
+                format!("args.{path}")
+            };
+            format!("{at}: {}", e.into_inner())
+        })?;
+        if reqwest::Method::from_bytes(a.method.to_ascii_uppercase().as_bytes()).is_err() {
+            return Err(format!("args.method: {:?} is not an HTTP method", a.method));
+        }
+        match url::Url::parse(&a.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+            Ok(u) => {
+                return Err(format!(
+                    "args.url: {:?} has the scheme {:?}; only http and https are called",
+                    a.url,
+                    u.scheme()
+                ))
+            }
+            Err(e) => return Err(format!("args.url: {:?} is not a URL ({e})", a.url)),
+        }
+        for k in a.headers.keys() {
+            if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                return Err(format!("args.headers: {k:?} is not a header name"));
+            }
+        }
+        Ok(a)
+    }
+
     /// The job that makes this call.
     pub fn job(&self) -> Result<NewJob, serde_json::Error> {
         Ok(NewJob::new(KIND, serde_json::to_value(self)?))

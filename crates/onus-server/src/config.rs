@@ -104,15 +104,8 @@ impl KindConfig {
                 }
             }
         }
-        for (h, v) in &self.headers {
-            let ok = axum::http::HeaderName::from_bytes(h.as_bytes()).is_ok()
-                && axum::http::HeaderValue::from_str(v).is_ok();
-            if !ok {
-                return Err(ConfigError(format!(
-                    "[{section}.headers] {h:?}: not a valid header name and value"
-                )));
-            }
-        }
+        onus_webhooks::signing::check_headers(&self.headers)
+            .map_err(|e| ConfigError(format!("[{section}] {e}")))?;
         if let Some(s) = &self.secret {
             onus_webhooks::signing::check_secret(s).map_err(|e| {
                 ConfigError(format!(

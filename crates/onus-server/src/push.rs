@@ -99,7 +99,8 @@ impl Push {
         })
     }
 
-    async fn run(&self, http: &HttpClient, ctx: &JobContext) -> JobResult {
+    /// The signed request for this attempt.
+    async fn request(&self, ctx: &JobContext) -> Result<onus_http::Request, JobError> {
         let job = ctx.job();
         // The database is unreachable: nothing was sent, try again later.
         let secret = self.secret.get().await?;
@@ -108,28 +109,31 @@ impl Push {
         }))
         .map_err(JobError::discard_err)?;
         let id = format!("job_{}", job.id);
-        let stamp = ctx.now().timestamp();
-        let signature = onus_webhooks::signing::signature_header(&[secret], &id, stamp, &body)
-            .map_err(JobError::discard_err)?;
-        let mut headers: Vec<(String, String)> = self
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        headers.extend([
-            (
-                onus_webhooks::CONTENT_TYPE.into(),
-                "application/json".into(),
-            ),
-            (onus_webhooks::WEBHOOK_ID.into(), id),
-            (onus_webhooks::WEBHOOK_TIMESTAMP.into(), stamp.to_string()),
-            (onus_webhooks::WEBHOOK_SIGNATURE.into(), signature),
-        ]);
-        let req = onus_http::Request {
+        let headers = onus_webhooks::signing::signed_headers(
+            &self.headers,
+            &[secret],
+            &id,
+            ctx.now().timestamp(),
+            &body,
+        )
+        .map_err(JobError::discard_err)?;
+        Ok(onus_http::Request {
             method: "POST".into(),
             url: self.url.clone(),
             headers,
             body: Some(body),
+        })
+    }
+
+    async fn run(&self, http: &HttpClient, ctx: &JobContext) -> JobResult {
+        let job = ctx.job();
+        let req = match self.request(ctx).await {
+            Ok(r) => r,
+            Err(e) => {
+                // An attempt that sends nothing counts as such.
+                http.record_unsent();
+                return Err(e);
+            }
         };
         let sent = http
             .send_with(&req, ctx.now(), SNOOZE_CAP, self.timeout)

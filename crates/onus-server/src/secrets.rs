@@ -152,7 +152,7 @@ impl Secrets {
                         .into_iter()
                         .next()
                         .ok_or_else(|| {
-                            onus::StoreError::Conflict(format!(
+                            onus::StoreError::Query(format!(
                             "the secret {name} exists but none of its versions is valid; rotate it"
                         ))
                         })?;

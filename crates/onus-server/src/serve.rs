@@ -17,6 +17,8 @@ use crate::secrets::{self, Secrets};
 
 /// How long running jobs get to finish at shutdown before they are handed back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long API requests in flight get to finish at shutdown.
+const REQUESTS_GRACE: Duration = Duration::from_secs(35);
 
 /// The kinds every server runs in process.
 const BUILT_IN: [&str; 3] = [
@@ -255,7 +257,19 @@ impl Server {
     /// get `grace`).
     pub async fn shutdown(self, grace: Duration) -> Result<(), String> {
         let _ = self.stop.send(());
-        let served = self.http.await;
+        // Requests in flight finish, within a bound (a long poll waits at most 30 s).
+        let mut http = self.http;
+        let served = match tokio::time::timeout(REQUESTS_GRACE, &mut http).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!(
+                    "requests still open after {} s; closing them",
+                    REQUESTS_GRACE.as_secs()
+                );
+                http.abort();
+                Ok(Ok(()))
+            }
+        };
         self.running.shutdown(grace).await;
         match served {
             Ok(Ok(())) => Ok(()),

@@ -11,9 +11,10 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 /// The prefix of an encrypted value.
 pub const PREFIX: &str = "enc:v1:";
 
-/// A key for secrets at rest.
+/// A key for secrets at rest; during a key rotation, a ring of them: the first seals, every one
+/// opens (so servers not yet restarted on the new key keep working while the others are).
 #[derive(Clone)]
-pub struct Key(XChaCha20Poly1305);
+pub struct Key(Vec<XChaCha20Poly1305>);
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -33,16 +34,29 @@ pub enum CryptoError {
 }
 
 impl Key {
-    /// A key from its base64 text (surrounding whitespace ignored).
+    /// A key from its base64 text; several separated by commas or whitespace make a ring whose
+    /// first key seals (`new,old` while a rotation rolls out).
     pub fn from_base64(text: &str) -> Result<Key, CryptoError> {
-        let bytes = B64
-            .decode(text.trim())
-            .map_err(|e| CryptoError::BadKey(e.to_string()))?;
-        if bytes.len() != 32 {
-            return Err(CryptoError::BadKey(format!("{} bytes given", bytes.len())));
+        let mut ring = Vec::new();
+        for part in text
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|p| !p.is_empty())
+        {
+            let bytes = B64
+                .decode(part)
+                .map_err(|e| CryptoError::BadKey(e.to_string()))?;
+            if bytes.len() != 32 {
+                return Err(CryptoError::BadKey(format!("{} bytes given", bytes.len())));
+            }
+            ring.push(
+                XChaCha20Poly1305::new_from_slice(&bytes)
+                    .map_err(|e| CryptoError::BadKey(e.to_string()))?,
+            );
         }
-        Ok(Key(XChaCha20Poly1305::new_from_slice(&bytes)
-            .map_err(|e| CryptoError::BadKey(e.to_string()))?))
+        if ring.is_empty() {
+            return Err(CryptoError::BadKey("no key given".into()));
+        }
+        Ok(Key(ring))
     }
 
     /// A fresh random key, as base64.
@@ -56,7 +70,9 @@ impl Key {
         let n: [u8; 24] = rand::random();
         let nonce = XNonce::from_slice(&n);
         // Encryption of a bounded in-memory value with a valid key does not fail.
-        let ct = self.0.encrypt(nonce, plain.as_bytes()).unwrap_or_default();
+        let ct = self.0[0]
+            .encrypt(nonce, plain.as_bytes())
+            .unwrap_or_default();
         let mut out = n.to_vec();
         out.extend(ct);
         format!("{PREFIX}{}", B64.encode(out))
@@ -74,8 +90,9 @@ impl Key {
         let (n, ct) = raw.split_at(24);
         let plain = self
             .0
-            .decrypt(XNonce::from_slice(n), ct)
-            .map_err(|_| CryptoError::WrongKey)?;
+            .iter()
+            .find_map(|k| k.decrypt(XNonce::from_slice(n), ct).ok())
+            .ok_or(CryptoError::WrongKey)?;
         String::from_utf8(plain).map_err(|_| CryptoError::WrongKey)
     }
 }
@@ -128,7 +145,19 @@ mod tests {
         altered.pop();
         altered.push(if s.ends_with('A') { 'B' } else { 'A' });
         assert_eq!(k.open(&altered), Err(CryptoError::WrongKey));
-        assert!(open_all(None, &[s]).is_err(), "no key, sealed: refused");
+        assert!(
+            open_all(None, std::slice::from_ref(&s)).is_err(),
+            "no key, sealed: refused"
+        );
+        // A ring: the first key seals, every one opens.
+        let (a, b) = (Key::generate(), Key::generate());
+        let ring = Key::from_base64(&format!("{b},{a}")).unwrap();
+        let old = Key::from_base64(&a).unwrap();
+        assert_eq!(ring.open(&old.seal("x")).unwrap(), "x");
+        assert!(
+            old.open(&ring.seal("y")).is_err(),
+            "the ring seals with its first key"
+        );
         assert!(matches!(
             Key::from_base64("c2hvcnQ="),
             Err(CryptoError::BadKey(_))

@@ -51,26 +51,15 @@ impl Webhooks {
         }
         let event = self.event_for_job(&args.event_id).await?;
         let body = serde_json::to_vec(&event.payload).map_err(JobError::discard_err)?;
-        let stamp = now.timestamp(); // the time of this attempt
-                                     // A key problem is the operator's to fix, not the event's: retry, do not discard.
+        // The time of this attempt.
+        let stamp = now.timestamp();
+        // A key problem is the operator's to fix, not the event's: retry, do not discard.
         let secrets = self
             .plain_secrets(&endpoint)
             .map_err(|e| JobError::retryable(format!("endpoint {}: {e}", endpoint.id)))?;
-        let signature = crate::signing::signature_header(&secrets, &event.id, stamp, &body)
-            .map_err(JobError::discard_err)?;
-        // The endpoint's own headers first; the signed ones are ours (creation refuses those
-        // names among the endpoint's headers).
-        let mut headers: Vec<(String, String)> = endpoint
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        headers.extend([
-            (CONTENT_TYPE.into(), "application/json".into()),
-            (WEBHOOK_ID.into(), event.id.to_string()),
-            (WEBHOOK_TIMESTAMP.into(), stamp.to_string()),
-            (WEBHOOK_SIGNATURE.into(), signature),
-        ]);
+        let headers =
+            crate::signing::signed_headers(&endpoint.headers, &secrets, &event.id, stamp, &body)
+                .map_err(JobError::discard_err)?;
         let request = Request {
             method: "POST".into(),
             url: endpoint.url.clone(),

@@ -884,42 +884,6 @@ fn check_event_types(types: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Headers an endpoint may not set: the signed ones and those the transport owns.
-const RESERVED_HEADERS: [&str; 8] = [
-    WEBHOOK_ID,
-    WEBHOOK_TIMESTAMP,
-    WEBHOOK_SIGNATURE,
-    CONTENT_TYPE,
-    "content-length",
-    "host",
-    "transfer-encoding",
-    "connection",
-];
-
 fn check_headers(h: &std::collections::BTreeMap<String, String>) -> Result<(), Error> {
-    if h.len() > 20 {
-        return Err(Error::Invalid("headers: at most 20 headers".into()));
-    }
-    for (k, v) in h {
-        let name_ok = !k.is_empty()
-            && k.len() <= 100
-            && k.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-        if !name_ok {
-            return Err(Error::Invalid(format!(
-                "headers: {k:?} is not a header name (letters, digits and -, at most 100)"
-            )));
-        }
-        if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
-            return Err(Error::Invalid(format!(
-                "headers: {k} is set by Onus on every delivery; choose another header"
-            )));
-        }
-        if v.len() > 4096 || v.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
-            return Err(Error::Invalid(format!(
-                "headers: the value of {k} must be at most 4096 characters without control characters"
-            )));
-        }
-    }
-    Ok(())
+    signing::check_headers(h).map_err(Error::Invalid)
 }

@@ -32,6 +32,9 @@ pub struct Endpoint {
     pub enabled: bool,
     /// Why it was disabled (by hand, a 410, or failing too long).
     pub disabled_reason: Option<String>,
+    /// When it was disabled.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    pub disabled_at: Option<Timestamp>,
     /// Since when it has been failing without a success in between.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub failing_since: Option<Timestamp>,
@@ -58,6 +61,7 @@ impl std::fmt::Debug for Endpoint {
             .field("secrets", &format_args!("[{} hidden]", self.secrets.len()))
             .field("enabled", &self.enabled)
             .field("disabled_reason", &self.disabled_reason)
+            .field("disabled_at", &self.disabled_at)
             .field("failing_since", &self.failing_since)
             .field("last_failure_at", &self.last_failure_at)
             .field("busy_until", &self.busy_until)
@@ -78,6 +82,7 @@ impl FromRow for Endpoint {
             secrets: r.get::<Json<Vec<String>>>("secrets")?.0,
             enabled: r.get("enabled")?,
             disabled_reason: r.get("disabled_reason")?,
+            disabled_at: r.get("disabled_at")?,
             failing_since: r.get("failing_since")?,
             last_failure_at: r.get("last_failure_at")?,
             busy_until: None,

@@ -99,6 +99,69 @@ pub fn signature_header(
     Ok(sigs.join(" "))
 }
 
+/// The headers of a signed JSON request: `extra` (an endpoint's or a push kind's own, checked
+/// with [`check_headers`]) first, then `content-type`, `webhook-id`, `webhook-timestamp` and
+/// `webhook-signature` under each of `secrets`. Webhook deliveries and push kinds both sign so.
+pub fn signed_headers(
+    extra: &std::collections::BTreeMap<String, String>,
+    secrets: &[String],
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Result<Vec<(String, String)>, SignError> {
+    let signature = signature_header(secrets, id, timestamp, body)?;
+    let mut headers: Vec<(String, String)> =
+        extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    headers.extend([
+        (crate::CONTENT_TYPE.into(), "application/json".into()),
+        (WEBHOOK_ID.into(), id.to_string()),
+        (WEBHOOK_TIMESTAMP.into(), timestamp.to_string()),
+        (WEBHOOK_SIGNATURE.into(), signature),
+    ]);
+    Ok(headers)
+}
+
+/// Headers a signed request's own set may not hold: the signed ones and those the transport owns.
+const RESERVED_HEADERS: [&str; 8] = [
+    WEBHOOK_ID,
+    WEBHOOK_TIMESTAMP,
+    WEBHOOK_SIGNATURE,
+    crate::CONTENT_TYPE,
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "connection",
+];
+
+/// Checks headers to send along with signed requests; the error says which one and why.
+pub fn check_headers(h: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+    if h.len() > 20 {
+        return Err("headers: at most 20 headers".into());
+    }
+    for (k, v) in h {
+        let name_ok = !k.is_empty()
+            && k.len() <= 100
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !name_ok {
+            return Err(format!(
+                "headers: {k:?} is not a header name (letters, digits and -, at most 100)"
+            ));
+        }
+        if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
+            return Err(format!(
+                "headers: {k} is set by Onus on every request; choose another header"
+            ));
+        }
+        if v.len() > 4096 || v.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+            return Err(format!(
+                "headers: the value of {k} must be at most 4096 characters without control characters"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Verifies a delivery as a consumer would: `headers` are (name, value) pairs (names compared
 /// without case), `now` is the consumer's Unix time in seconds.
 pub fn verify(

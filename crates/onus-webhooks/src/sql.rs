@@ -34,31 +34,31 @@ static INSERT_ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
     "INSERT INTO onus_endpoints (id, url, description, event_types, secrets, enabled, created_at, updated_at, tenant, headers)
      VALUES ($1, $2, $3, $4, $5, TRUE, $6, $6, $7, $8)
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers",
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers",
 );
 
 pub(crate) static ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers
      FROM onus_endpoints WHERE id = $1",
 );
 
 pub(crate) static ALL_ENDPOINTS: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers
      FROM onus_endpoints ORDER BY created_at, id",
 );
 
 pub(crate) static TENANT_ENDPOINTS: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers
      FROM onus_endpoints WHERE tenant = $1 ORDER BY created_at, id",
 );
 
 pub(crate) static UPDATE_ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
     "UPDATE onus_endpoints SET url = $1, description = $2, event_types = $3, headers = $4, updated_at = $5 WHERE id = $6
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers",
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers",
 );
 
 pub(crate) static SET_SECRETS: Sql = Sql::new(
@@ -73,14 +73,15 @@ pub(crate) static DELETE_ENDPOINT: Sql = Sql::new(
 
 pub(crate) static ENABLE: Sql = Sql::new(
     ENDPOINTS,
-    "UPDATE onus_endpoints SET enabled = TRUE, disabled_reason = NULL, failing_since = NULL, last_failure_at = NULL,
+    "UPDATE onus_endpoints SET enabled = TRUE, disabled_reason = NULL, disabled_at = NULL, failing_since = NULL, last_failure_at = NULL,
         updated_at = $1 WHERE id = $2
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, failing_since, last_failure_at, created_at, tenant, headers",
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers",
 );
 
 pub(crate) static DISABLE: Sql = Sql::new(
     ENDPOINTS,
-    "UPDATE onus_endpoints SET enabled = FALSE, disabled_reason = $1, updated_at = $2 WHERE id = $3 RETURNING id",
+    "UPDATE onus_endpoints SET enabled = FALSE, disabled_reason = $1, disabled_at = COALESCE(disabled_at, $2), updated_at = $2
+     WHERE id = $3 RETURNING id",
 );
 
 static MARK_HEALTHY: Sql = Sql::new(

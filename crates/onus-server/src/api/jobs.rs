@@ -70,6 +70,11 @@ impl NewJobBody {
         }
         job.unique_key = self.unique_key.clone();
         job.tags = self.tags.clone().unwrap_or_default();
+        // A built-in kind's args are checked now, not discarded at the first attempt.
+        if self.kind == onus_http::request::KIND {
+            onus_http::request::HttpRequestArgs::check(&job.args)
+                .map_err(|e| ApiError::invalid(format!("{at}{e}")))?;
+        }
         // Validate here, so the error names the field of this job.
         app.client
             .prepare(job.clone())
@@ -470,35 +475,56 @@ pub async fn bulk(app: &App, action: Bulk, body: &BulkBody) -> Result<BulkAnswer
         ..BulkAnswer::default()
     };
     let acted = if body.dry_run {
-        let applicable: Vec<JobState> = if filter.states.is_empty() {
-            action.applies_to().to_vec()
-        } else {
-            filter
-                .states
-                .iter()
-                .filter(|s| action.applies_to().contains(s))
-                .copied()
-                .collect()
-        };
-        let n = if applicable.is_empty() {
-            0
-        } else {
-            app.client
-                .count(&JobFilter {
-                    states: applicable,
-                    ..filter.clone()
-                })
-                .await?
+        // How many matches are in a state the action applies to (running ones, for a cancel,
+        // are asked to stop rather than cancelled at once).
+        let count_in = |states: &[JobState]| {
+            let states: Vec<JobState> = if filter.states.is_empty() {
+                states.to_vec()
+            } else {
+                filter
+                    .states
+                    .iter()
+                    .filter(|s| states.contains(s))
+                    .copied()
+                    .collect()
+            };
+            let f = JobFilter {
+                states,
+                ..filter.clone()
+            };
+            async move {
+                if f.states.is_empty() {
+                    Ok(0)
+                } else {
+                    app.client.count(&f).await
+                }
+            }
         };
         match action {
-            Bulk::Retry => a.retried = Some(n),
-            Bulk::Cancel => {
-                a.cancelled = Some(n);
-                a.cancel_requested = Some(0);
+            Bulk::Retry => {
+                let n = count_in(action.applies_to()).await?;
+                a.retried = Some(n);
+                n
             }
-            Bulk::Delete => a.deleted = Some(n),
+            Bulk::Cancel => {
+                let waiting: Vec<JobState> = action
+                    .applies_to()
+                    .iter()
+                    .filter(|s| **s != JobState::Running)
+                    .copied()
+                    .collect();
+                let now = count_in(&waiting).await?;
+                let running = count_in(&[JobState::Running]).await?;
+                a.cancelled = Some(now);
+                a.cancel_requested = Some(running);
+                now + running
+            }
+            Bulk::Delete => {
+                let n = count_in(action.applies_to()).await?;
+                a.deleted = Some(n);
+                n
+            }
         }
-        n
     } else {
         let done = match action {
             Bulk::Retry => app

@@ -101,13 +101,7 @@ pub async fn gauges(app: &App) -> Result<String, ApiError> {
 /// `GET /metrics`: the token is required unless `metrics_public = true`.
 pub async fn metrics(State(app): State<App>, req: Request) -> Result<Response, ApiError> {
     if !app.limits.metrics_public {
-        let ok = match auth::bearer(&req) {
-            Some(t) => app.auth.check(t).await?,
-            None => false,
-        };
-        if !ok {
-            return Err(ApiError::unauthorized());
-        }
+        auth::authorize(&app, auth::bearer(&req).map(str::to_owned)).await?;
     }
     let mut text = handle().render();
     text.push_str(&gauges(&app).await?);

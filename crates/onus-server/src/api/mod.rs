@@ -260,9 +260,16 @@ pub struct Health {
 async fn healthz(State(app): State<App>) -> (StatusCode, Json<Health>) {
     let store = app.client.store();
     let ok = tokio::time::timeout(Duration::from_secs(5), store.get(0)).await;
+    // The detail goes to the log: this answer needs no token.
     let (status, error) = match ok {
         Ok(Ok(_)) => (StatusCode::OK, None),
-        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, Some(e.to_string())),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "health check: the database is unavailable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("the database cannot be reached".to_string()),
+            )
+        }
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Some("the database did not answer within 5 s".into()),

@@ -89,6 +89,18 @@ pub async fn refused_calls_say_why_and_change_nothing(w: World) {
         ),
         (json!({"args": {}}), "missing field `kind`"),
         (
+            json!({"kind": "http.request", "args": {"method": "GET", "url": "not a url"}}),
+            "args.url: \"not a url\" is not a URL",
+        ),
+        (
+            json!({"kind": "http.request", "args": {"method": "GET", "url": "ftp://127.0.0.1/x"}}),
+            "args.url: \"ftp://127.0.0.1/x\" has the scheme \"ftp\"",
+        ),
+        (
+            json!({"kind": "http.request", "args": {"url": "http://127.0.0.1/"}}),
+            "args: missing field `method`",
+        ),
+        (
             json!({"kind": "report.build", "tags": ["a\u{0}b"]}),
             "body.tags[0] contains a NUL character",
         ),

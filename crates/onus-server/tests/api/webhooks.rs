@@ -234,7 +234,10 @@ pub async fn endpoints_are_managed_and_bad_ones_refused(w: World) {
     let (s, en) = w
         .post(&format!("/api/v1/endpoints/{id}/enable"), json!({}))
         .await;
-    assert_eq!((s, &en["enabled"]), (200, &json!(true)));
+    assert_eq!(
+        (s, &en["enabled"], &en["disabled_at"]),
+        (200, &json!(true), &json!(null))
+    );
     let (s, t) = w
         .post(&format!("/api/v1/endpoints/{id}/test"), json!({}))
         .await;

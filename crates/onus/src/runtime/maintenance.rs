@@ -171,11 +171,12 @@ pub(crate) async fn rescuer(
                         now,
                         &mut rand::thread_rng(),
                     );
-                    super::metrics::attempt(&job.kind, &t, None);
                     let release = job.lease_key.clone();
                     let mut f = finish_of(&shared, &job, t, release);
                     f.expired_before = Some(now); // unless a heartbeat renewed it meanwhile
-                    let _ = finish.send(Outcome::unheld(f));
+                    let mut o = Outcome::unheld(f);
+                    o.counted = Some((job.kind.clone(), None));
+                    let _ = finish.send(o);
                 }
             }
             Err(e) => shared

@@ -117,9 +117,15 @@ impl Client {
                 MAX_CLAIM_WAIT.as_secs()
             )));
         }
-        let mut timeouts = Vec::with_capacity(kinds.len());
+        // Kinds sharing a timeout are claimed in one statement (priority and due time decide
+        // among them); each group is leased for its timeout.
+        let mut groups: std::collections::BTreeMap<Duration, Vec<String>> = Default::default();
         for k in kinds {
-            timeouts.push((k.clone(), self.pull_kind(k)?.policy.timeout));
+            let timeout = self.pull_kind(k)?.policy.timeout;
+            let g = groups.entry(timeout).or_default();
+            if !g.contains(k) {
+                g.push(k.clone());
+            }
         }
         let owner = format!(
             "{OWNER_PREFIX}{}",
@@ -131,7 +137,7 @@ impl Client {
             // Registered before the claim, so an insert right after it is not missed.
             let notified = woken.notified();
             let mut out = Vec::new();
-            for (kind, timeout) in &timeouts {
+            for (timeout, group) in &groups {
                 if out.len() >= limit {
                     break;
                 }
@@ -142,7 +148,7 @@ impl Client {
                     .store
                     .claim(ClaimRequest {
                         queue: queue.to_string(),
-                        kinds: vec![kind.clone()],
+                        kinds: group.clone(),
                         limit: limit - out.len(),
                         owner: owner.clone(),
                         now,

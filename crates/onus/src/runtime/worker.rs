@@ -157,12 +157,19 @@ struct Ready {
 pub(crate) struct Outcome {
     pub(crate) finish: Finish,
     pub(crate) hold: Option<u64>,
+    /// The kind and how long the attempt ran, counted in the metrics once the outcome is
+    /// recorded (an outcome refused by its lease guard was never this process's to count).
+    pub(crate) counted: Option<(String, Option<Duration>)>,
 }
 
 impl Outcome {
     /// An outcome for a job this process does not hold (a rescue).
     pub(crate) fn unheld(finish: Finish) -> Self {
-        Outcome { finish, hold: None }
+        Outcome {
+            finish,
+            hold: None,
+            counted: None,
+        }
     }
 }
 
@@ -231,12 +238,23 @@ async fn dispatch(
 
 /// Queues the outcome of a held job; the finisher releases the hold once it is written.
 fn send(shared: &Shared, finish: &mpsc::UnboundedSender<Outcome>, f: Finish, hold: &Hold) {
+    send_counted(shared, finish, f, hold, None);
+}
+
+fn send_counted(
+    shared: &Shared,
+    finish: &mpsc::UnboundedSender<Outcome>,
+    f: Finish,
+    hold: &Hold,
+    counted: Option<(String, Option<Duration>)>,
+) {
     let id = f.id;
     shared.hub.finishing(id, hold.serial);
     if finish
         .send(Outcome {
             finish: f,
             hold: Some(hold.serial),
+            counted,
         })
         .is_err()
     {
@@ -373,12 +391,12 @@ async fn execute(
         }
         None => Transition::Return,
     };
-    super::metrics::attempt(&job.kind, &transition, Some(began.elapsed()));
-    send(
+    send_counted(
         shared,
         finish,
         finish_of(shared, &job, transition, release_lease),
         hold,
+        Some((job.kind.clone(), Some(began.elapsed()))),
     );
 }
 
@@ -576,6 +594,9 @@ fn recorded(shared: &Shared, outcomes: &[Outcome], applied: &[bool]) {
         }
         if let Some(serial) = o.hold {
             shared.hub.release(f.id, serial);
+        }
+        if let (true, Some((kind, took))) = (ok, &o.counted) {
+            super::metrics::attempt(kind, &f.transition, *took);
         }
         woken |= f.release_lease.is_some() || matches!(f.transition, Transition::Return);
     }
