@@ -10,7 +10,13 @@ use crate::config::{self, FileConfig};
 
 /// Onus: a durable job layer where retry has exactly one owner.
 #[derive(Debug, Parser)]
-#[command(name = "onus", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "onus",
+    version,
+    about = "Onus: a durable job layer where retry has exactly one owner.",
+    long_about = None,
+    propagate_version = true
+)]
 pub struct Cli {
     /// Configuration file (default: onus.toml in the working directory, if present).
     #[arg(long, env = "ONUS_CONFIG", global = true, value_name = "PATH")]
@@ -41,7 +47,8 @@ pub enum Command {
         #[arg(long)]
         no_migrate: bool,
     },
-    /// Apply pending database migrations (every line: jobs, webhooks), or list where each stands.
+    /// Apply pending database migrations (every line: jobs, server, webhooks), or list where each
+    /// stands.
     Migrate {
         /// List each line's version and pending migrations instead of applying them.
         #[arg(long)]
