@@ -44,18 +44,7 @@ pub async fn list(
     params: Result<Query<AlertParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<AlertList>, ApiError> {
     let Query(p) = params.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let limit = match p.limit {
-        None => 100,
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_ALERTS).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "limit: {v:?} is not a count; give a whole number from 1 to {MAX_ALERTS}"
-                ))
-            })?,
-    };
+    let limit = super::page_size(&p.limit, 100, MAX_ALERTS)?;
     Ok(Json(alert_list(&app, limit).await?))
 }
 

@@ -17,21 +17,6 @@ use super::{ApiError, App, Body};
 /// The most records one page of events or attempts holds.
 pub const MAX_PAGE: usize = 1000;
 
-fn page_size(v: &Option<String>) -> Result<usize, ApiError> {
-    match v {
-        None => Ok(50),
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "limit: {v:?} is not a page size; give a whole number from 1 to {MAX_PAGE}"
-                ))
-            }),
-    }
-}
-
 /// A new endpoint and its secret, shown this once.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EndpointCreated {
@@ -267,24 +252,21 @@ pub async fn attempts(
     params: Result<Query<PageParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<AttemptPage>, ApiError> {
     let Query(p) = params.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let limit = page_size(&p.limit)?;
+    let limit = super::page_size(&p.limit, 50, MAX_PAGE)?;
     let cursor = match &p.cursor {
         None => None,
-        Some(c) => Some(app.webhooks.attempt(c).await?.ok_or_else(|| {
-            ApiError::invalid(format!(
-                "cursor: {c:?} is not a cursor; pass the next_cursor of the previous page"
-            ))
-        })?),
+        Some(c) => Some(
+            app.webhooks
+                .attempt(c)
+                .await?
+                .ok_or_else(|| super::bad_cursor(c))?,
+        ),
     };
-    let mut attempts = app
+    let rows = app
         .webhooks
         .endpoint_attempts(&id, limit + 1, cursor.as_ref())
         .await?;
-    let more = attempts.len() > limit;
-    attempts.truncate(limit);
-    let next_cursor = more
-        .then(|| attempts.last().map(|a| a.id.to_string()))
-        .flatten();
+    let (attempts, next_cursor) = super::paged(rows, limit, |a| a.id.to_string());
     Ok(Json(AttemptPage {
         attempts,
         next_cursor,
@@ -370,16 +352,17 @@ pub async fn events(
     params: Result<Query<EventParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<EventPage>, ApiError> {
     let Query(p) = params.map_err(|e| ApiError::invalid(e.body_text()))?;
-    let limit = page_size(&p.limit)?;
+    let limit = super::page_size(&p.limit, 50, MAX_PAGE)?;
     let cursor = match &p.cursor {
         None => None,
-        Some(c) => Some(app.webhooks.event(c).await.map_err(|_| {
-            ApiError::invalid(format!(
-                "cursor: {c:?} is not a cursor; pass the next_cursor of the previous page"
-            ))
-        })?),
+        Some(c) => Some(
+            app.webhooks
+                .event(c)
+                .await
+                .map_err(|_| super::bad_cursor(c))?,
+        ),
     };
-    let mut events = app
+    let rows = app
         .webhooks
         .events(
             p.tenant.as_deref(),
@@ -388,11 +371,7 @@ pub async fn events(
             cursor.as_ref(),
         )
         .await?;
-    let more = events.len() > limit;
-    events.truncate(limit);
-    let next_cursor = more
-        .then(|| events.last().map(|e| e.id.to_string()))
-        .flatten();
+    let (events, next_cursor) = super::paged(rows, limit, |e| e.id.to_string());
     Ok(Json(EventPage {
         events,
         next_cursor,

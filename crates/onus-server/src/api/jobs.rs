@@ -223,24 +223,15 @@ pub fn states(field: &str, names: &[String]) -> Result<Vec<JobState>, ApiError> 
 impl ListParams {
     /// The filter, the page size and the cursor; the error names the bad parameter.
     pub fn parse(&self) -> Result<(JobFilter, usize, Option<JobId>), ApiError> {
-        let limit = match &self.limit {
-            None => DEFAULT_PAGE,
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if (1..=MAX_PAGE).contains(&n) => n,
-                _ => {
-                    return Err(ApiError::invalid(format!(
-                        "limit: {v:?} is not a page size; give a whole number from 1 to {MAX_PAGE}"
-                    )))
-                }
-            },
-        };
+        let limit = super::page_size(&self.limit, DEFAULT_PAGE, MAX_PAGE)?;
         let cursor = match &self.cursor {
             None => None,
-            Some(c) => Some(c.parse::<JobId>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "cursor: {c:?} is not a cursor; pass the next_cursor of the previous page"
-                ))
-            })?),
+            Some(c) => Some(
+                c.parse::<JobId>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| super::bad_cursor(c))?,
+            ),
         };
         let filter = JobFilter {
             states: states("state", &list_of(&self.state))?,
@@ -281,12 +272,8 @@ pub async fn page(
     cursor: Option<JobId>,
 ) -> Result<JobPage, ApiError> {
     // One more than asked tells whether another page follows.
-    let mut jobs = app.client.list(filter, limit + 1, cursor).await?;
-    let more = jobs.len() > limit;
-    jobs.truncate(limit);
-    let next_cursor = more
-        .then(|| jobs.last().map(|j| j.id.to_string()))
-        .flatten();
+    let rows = app.client.list(filter, limit + 1, cursor).await?;
+    let (jobs, next_cursor) = super::paged(rows, limit, |j| j.id.to_string());
     Ok(JobPage { jobs, next_cursor })
 }
 

@@ -123,6 +123,42 @@ impl App {
     }
 }
 
+/// A page size given as `limit`: a whole number from 1 to `max`, `default` when absent.
+pub fn page_size(v: &Option<String>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match v {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "limit: {v:?} is not a page size; give a whole number from 1 to {max}"
+                ))
+            }),
+    }
+}
+
+/// A cursor that names nothing (or names it wrongly): a 422 saying what to pass.
+pub fn bad_cursor(c: &str) -> ApiError {
+    ApiError::invalid(format!(
+        "cursor: {c:?} is not a cursor; pass the next_cursor of the previous page"
+    ))
+}
+
+/// Cuts `rows`, read with one more than `limit`, to the page and the next page's cursor (the
+/// last row's `key`), none on the last page.
+pub fn paged<T>(
+    mut rows: Vec<T>,
+    limit: usize,
+    key: impl Fn(&T) -> String,
+) -> (Vec<T>, Option<String>) {
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = more.then(|| rows.last().map(&key)).flatten();
+    (rows, next)
+}
+
 struct Security;
 
 impl Modify for Security {

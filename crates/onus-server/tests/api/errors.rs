@@ -28,6 +28,41 @@ pub async fn refused_calls_say_why_and_change_nothing(w: World) {
             "{e}"
         );
     }
+    for (method, path) in [
+        ("GET", "/api/v1/jobs"),
+        ("GET", "/api/v1/kinds"),
+        ("POST", "/api/v1/events"),
+        ("POST", "/api/v1/endpoints"),
+        ("POST", "/api/v1/queues/default/pause"),
+        ("POST", "/api/v1/queues/default/claim"),
+        ("POST", "/api/v1/jobs/1/complete"),
+        ("GET", "/api/v1/alerts"),
+        ("GET", "/metrics"),
+    ] {
+        let (s, e) = w
+            .raw(method, path, Some("wrong"), Some(b"{}".to_vec()))
+            .await;
+        assert_eq!(s, 401, "{method} {path}: {e}");
+    }
+    // 413 and 400 on other calls too.
+    let big = serde_json::to_vec(&json!({"url": "x".repeat(2 << 20)})).unwrap();
+    assert_eq!(
+        w.raw("POST", "/api/v1/endpoints", Some(&w.token), Some(big))
+            .await
+            .0,
+        413
+    );
+    assert_eq!(
+        w.raw(
+            "POST",
+            "/api/v1/events",
+            Some(&w.token),
+            Some(b"[1,".to_vec())
+        )
+        .await
+        .0,
+        400
+    );
     let almost = format!("{}x", w.token);
     assert_eq!(
         w.raw("GET", "/api/v1/jobs", Some(&almost), None).await.0,

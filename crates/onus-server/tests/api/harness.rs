@@ -192,7 +192,25 @@ impl World {
         let alerts = c.alerts(100_000).await.unwrap();
         let paused = c.paused_queues().await.unwrap();
         let endpoints = self.parts.webhooks.endpoints().await.unwrap();
-        json!({"jobs": jobs, "alerts": alerts, "paused": paused, "endpoints": endpoints})
+        // Secrets are left out of an endpoint's JSON: compared as stored.
+        let secrets: Vec<Vec<String>> = endpoints.iter().map(|e| e.secrets.clone()).collect();
+        let events = self
+            .parts
+            .webhooks
+            .events(None, None, 10_000, None)
+            .await
+            .unwrap();
+        let tokens = self
+            .parts
+            .secrets
+            .valid(onus_server::secrets::API_TOKEN, chrono::Utc::now())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|v| v.value)
+            .collect::<Vec<_>>();
+        json!({"jobs": jobs, "alerts": alerts, "paused": paused, "endpoints": endpoints,
+               "secrets": secrets, "events": events, "tokens": tokens})
     }
 
     /// Waits until `done` holds for the answer of `GET path`, at most 20 s.

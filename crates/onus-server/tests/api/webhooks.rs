@@ -199,6 +199,34 @@ pub async fn endpoints_are_managed_and_bad_ones_refused(w: World) {
     );
     let e = endpoint(&w, json!({"url": sink.url("/x"), "description": "first"})).await;
     let id = e["id"].as_str().unwrap();
+    // Refused changes to an endpoint change nothing, secrets included.
+    let before = w.fingerprint().await;
+    for (method, path, body) in [
+        (
+            "PATCH",
+            format!("/api/v1/endpoints/{id}"),
+            json!({"url": "ftp://127.0.0.1/x"}),
+        ),
+        (
+            "PATCH",
+            format!("/api/v1/endpoints/{id}"),
+            json!({"headers": {"host": "x"}}),
+        ),
+        (
+            "POST",
+            format!("/api/v1/endpoints/{id}/rotate-secret"),
+            json!({"secret": "weak"}),
+        ),
+        (
+            "POST",
+            format!("/api/v1/endpoints/{id}/redeliver"),
+            json!({"since": "soon"}),
+        ),
+    ] {
+        let (s, e) = w.call(method, &path, Some(body)).await;
+        assert_eq!(s, 422, "{method} {path}: {e}");
+    }
+    assert_eq!(w.fingerprint().await, before);
     let (s, up) = w
         .call(
             "PATCH",
