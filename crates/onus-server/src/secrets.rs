@@ -92,10 +92,12 @@ pub fn generate(prefix: &str) -> String {
     )
 }
 
-/// The server's secrets table.
+/// The server's secrets table. With an encryption key, values are stored encrypted under it
+/// (the key that seals webhook secrets), and opened when read.
 #[derive(Debug, Clone)]
 pub struct Secrets {
     db: Db,
+    key: Option<onus_webhooks::crypto::Key>,
 }
 
 impl onus::Component for Secrets {
@@ -114,18 +116,108 @@ async fn valid_in<T: Tx + ?Sized>(tx: &T, name: &str, now: Timestamp) -> StoreRe
     tx.fetch(&VALID, &[name.into(), now.into()]).await
 }
 
+static ALL: Sql = Sql::new(
+    TABLE,
+    "SELECT name, version, value FROM onus_server_secrets",
+);
+
+static SET_VALUE: Sql = Sql::new(
+    TABLE,
+    "UPDATE onus_server_secrets SET value = $1 WHERE name = $2 AND version = $3",
+);
+
+struct Stored {
+    name: String,
+    version: i64,
+    value: String,
+}
+
+impl FromRow for Stored {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Stored {
+            name: r.get("name")?,
+            version: r.get("version")?,
+            value: r.get("value")?,
+        })
+    }
+}
+
 impl Secrets {
-    /// The table in `store`'s database.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Secrets { db: Db::new(store) }
+    /// The table in `store`'s database, its values sealed under `key` when one is given.
+    pub fn new(store: Arc<dyn Store>, key: Option<onus_webhooks::crypto::Key>) -> Self {
+        Secrets {
+            db: Db::new(store),
+            key,
+        }
+    }
+
+    fn seal(&self, v: String) -> String {
+        match &self.key {
+            Some(k) => k.seal(&v),
+            None => v,
+        }
+    }
+
+    fn open(&self, mut v: Version) -> StoreResult<Version> {
+        v.value = onus_webhooks::crypto::open_all(self.key.as_ref(), &[v.value])
+            .map_err(|e| onus::StoreError::Query(format!("server secret: {e}")))?
+            .remove(0);
+        Ok(v)
+    }
+
+    /// Checks that every stored secret opens with the configured key, and encrypts the
+    /// plaintext ones when a key is configured; returns how many were encrypted now.
+    pub async fn seal_stored(&self) -> StoreResult<usize> {
+        let rows: Vec<Stored> = self.db.read_rows(&ALL, Vec::new()).await?;
+        let mut changed = 0;
+        for r in rows {
+            onus_webhooks::crypto::open_all(self.key.as_ref(), std::slice::from_ref(&r.value))
+                .map_err(|e| onus::StoreError::Query(format!("server secret {}: {e}", r.name)))?;
+            let Some(k) = &self.key else { continue };
+            if onus_webhooks::crypto::is_sealed(&r.value) {
+                continue;
+            }
+            let params = vec![k.seal(&r.value).into(), r.name.into(), r.version.into()];
+            self.db.execute(&SET_VALUE, params).await?;
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
+    /// Re-encrypts every stored secret under `new` (from the configured key or plaintext) in
+    /// one transaction; returns how many.
+    pub async fn reencrypt(&self, new: &onus_webhooks::crypto::Key) -> StoreResult<usize> {
+        let rows: Vec<Stored> = self.db.read_rows(&ALL, Vec::new()).await?;
+        let mut sealed = Vec::with_capacity(rows.len());
+        for r in rows {
+            let plain = onus_webhooks::crypto::open_all(self.key.as_ref(), &[r.value])
+                .map_err(|e| onus::StoreError::Query(format!("server secret {}: {e}", r.name)))?
+                .remove(0);
+            sealed.push((new.seal(&plain), r.name, r.version));
+        }
+        let n = sealed.len();
+        self.db
+            .tx(move |tx| {
+                Box::pin(async move {
+                    for (v, name, version) in sealed {
+                        tx.execute(&SET_VALUE, &[v.into(), name.into(), version.into()])
+                            .await?;
+                    }
+                    Ok::<_, onus::StoreError>(())
+                })
+            })
+            .await?;
+        Ok(n)
     }
 
     /// The versions of `name` accepted at `now`, newest first.
     pub async fn valid(&self, name: &str, now: Timestamp) -> StoreResult<Vec<Version>> {
         let name = name.to_string();
-        self.db
+        let rows = self
+            .db
             .read(move |tx| Box::pin(async move { valid_in(tx, &name, now).await }))
-            .await
+            .await?;
+        rows.into_iter().map(|v| self.open(v)).collect()
     }
 
     /// The current version of `name`, created as `fresh` when there is none yet (two processes
@@ -137,7 +229,9 @@ impl Secrets {
         now: Timestamp,
     ) -> StoreResult<(Version, bool)> {
         let name = name.to_string();
-        self.db
+        let fresh = self.seal(fresh);
+        let (v, created) = self
+            .db
             .tx(move |tx| {
                 Box::pin(async move {
                     if let Some(v) = valid_in(tx, &name, now).await?.into_iter().next() {
@@ -159,7 +253,8 @@ impl Secrets {
                     Ok((v, created))
                 })
             })
-            .await
+            .await?;
+        Ok((self.open(v)?, created))
     }
 
     /// Replaces the current version of `name` with `fresh`; the versions valid until now stay
@@ -173,7 +268,9 @@ impl Secrets {
     ) -> StoreResult<Version> {
         let name = name.to_string();
         let until = onus::clock::add(now, grace);
-        self.db
+        let fresh = self.seal(fresh);
+        let v = self
+            .db
             .tx(move |tx| {
                 Box::pin(async move {
                     tx.execute(&RETIRE, &[until.into(), name.as_str().into()])
@@ -187,6 +284,7 @@ impl Secrets {
                         .ok_or_else(|| onus::StoreError::Query("the rotation wrote nothing".into()))
                 })
             })
-            .await
+            .await?;
+        self.open(v)
     }
 }

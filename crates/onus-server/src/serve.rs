@@ -58,9 +58,9 @@ pub fn runtime_with(
     let mut webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
     webhooks_cfg.encryption_key = crate::config::encryption_key(file).map_err(|e| e.to_string())?;
     let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
+    let secrets = Secrets::new(store.clone(), webhooks_cfg.encryption_key.clone());
     let hooks =
         onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
-    let secrets = Secrets::new(store.clone());
     let http = Arc::new(onus_http::HttpClient::new(&http_cfg).map_err(|e| e.to_string())?);
     let mut b = Onus::builder(store)
         .component(&secrets)
@@ -335,6 +335,9 @@ pub async fn serve(
     if file.mail.is_some() {
         tracing::warn!("[mail] is accepted but not used by this version yet");
     }
+    // Listening for the signals before anything else: one that arrives while the server starts
+    // stops it gracefully too.
+    let signal = stop_signal()?;
     let (parts, app) = prepare(&file, &url, migrate).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
         format!(
@@ -350,31 +353,26 @@ pub async fn serve(
         env!("CARGO_PKG_VERSION"),
         server.addr
     );
-    wait_for_signal().await;
+    signal.await;
     tracing::info!("stopping: finishing requests in flight and running jobs");
     server.shutdown(SHUTDOWN_GRACE).await?;
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// A future that resolves at SIGINT or SIGTERM; the handlers are installed when it is made.
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
+    let ctrl_c = tokio::spawn(tokio::signal::ctrl_c());
+    Ok(async move {
+        #[cfg(unix)]
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = ctrl_c => {}
             _ = term.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+    })
 }

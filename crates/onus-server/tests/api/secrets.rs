@@ -59,8 +59,12 @@ pub async fn secrets_are_encrypted_at_rest_once_a_key_is_configured(w: World) {
     let with =
         |path: &std::path::Path| format!("encryption_key_file = '{}'\n{CONFIG}", path.display());
 
-    // The first start with a key encrypts what is stored; deliveries sign with the secret itself.
+    // The first start with a key encrypts what is stored; deliveries sign with the secret itself,
+    // and the API token (kept in the database too) still opens the API.
+    let token = w.token.clone();
     let w = w.restart(&with(&key)).await.unwrap();
+    assert_eq!(w.token, token, "the token is opened with the key");
+    assert_eq!(w.get("/api/v1/kinds").await.0, 200);
     let at_rest = stored(&w, &id).await;
     assert!(
         at_rest[0].starts_with("enc:v1:") && !at_rest[0].contains(&secret[6..]),
