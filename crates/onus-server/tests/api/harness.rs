@@ -60,8 +60,19 @@ pub async fn api_with(backend: Backend, toml: &str) -> World {
 
 /// A server on `db` (kept), or why it would not start.
 pub async fn api_in(db: TestDb, backend: Backend, toml: &str) -> Result<World, (TestDb, String)> {
+    let url = db.url.clone();
+    api_at(db, &url, backend, toml).await
+}
+
+/// A server on `db` reached through `url` (a proxy in front of it, say).
+pub async fn api_at(
+    db: TestDb,
+    url: &str,
+    backend: Backend,
+    toml: &str,
+) -> Result<World, (TestDb, String)> {
     let file = onus_server::config::parse(toml).unwrap();
-    let prepared = serve::prepare_with(&file, &db.url, true, |b| {
+    let prepared = serve::prepare_with(&file, url, true, |b| {
         // Lapsed leases of outside workers are found within a fraction of a second.
         b.options(onus::Options {
             rescue_interval: Duration::from_millis(100),
@@ -211,6 +222,18 @@ impl World {
             .collect::<Vec<_>>();
         json!({"jobs": jobs, "alerts": alerts, "paused": paused, "endpoints": endpoints,
                "secrets": secrets, "events": events, "tokens": tokens})
+    }
+
+    /// Waits until `GET path` (no token) answers 200, at most 30 s.
+    pub async fn wait_get_raw_ok(&self, path: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.raw("GET", path, None, None).await.0 != 200 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "GET {path} never answered 200"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until `done` holds for the answer of `GET path`, at most 20 s.

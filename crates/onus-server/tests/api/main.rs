@@ -57,3 +57,33 @@ onus_testkit::both!(
     examples: [the_search_indexing_example_survives_two_503s],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );
+
+/// `/healthz` answers 503 while PostgreSQL does not answer, and 200 again once it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_is_503_while_the_database_does_not_answer() {
+    let db = onus_testkit::TestDb::new(onus_testkit::Backend::Postgres).await;
+    let port = onus_testkit::PgCluster::shared().port();
+    let proxy = onus_testkit::TcpProxy::start(([127, 0, 0, 1], port).into())
+        .await
+        .unwrap();
+    let url = db
+        .url
+        .replace(&format!(":{port}/"), &format!(":{}/", proxy.addr().port()));
+    let w = harness::api_at(db, &url, onus_testkit::Backend::Postgres, harness::CONFIG)
+        .await
+        .unwrap_or_else(|(_, e)| panic!("{e}"));
+    assert_eq!(w.raw("GET", "/healthz", None, None).await.0, 200);
+    proxy.freeze();
+    let (s, h) = w.raw("GET", "/healthz", None, None).await;
+    assert_eq!(
+        (s, &h["status"]),
+        (503, &serde_json::json!("unavailable")),
+        "{h}"
+    );
+    assert!(
+        !h.to_string().contains("postgres://"),
+        "no connection detail without a token: {h}"
+    );
+    proxy.thaw();
+    w.wait_get_raw_ok("/healthz").await;
+}
