@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod panel;
 pub mod push;
 pub mod secrets;
 pub mod serve;

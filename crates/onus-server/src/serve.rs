@@ -38,6 +38,8 @@ pub struct Parts {
     pub secrets: Secrets,
     /// Every kind the server knows.
     pub kinds: BTreeMap<String, KindInfo>,
+    /// The panel's settings.
+    pub panel_cfg: crate::config::PanelConfig,
 }
 
 /// Builds the runtime the configuration describes: the built-in kinds (`http.request`,
@@ -145,7 +147,21 @@ pub fn runtime_with(
         webhooks: hooks,
         secrets,
         kinds,
+        panel_cfg: file.panel.clone(),
     })
+}
+
+impl Parts {
+    /// The tasks panel's state, on the API's.
+    pub fn panel(&self, app: App) -> crate::panel::Panel {
+        crate::panel::Panel(Arc::new(crate::panel::PanelInner {
+            app,
+            sessions: crate::panel::Sessions::new(self.secrets.clone()),
+            base: self.panel_cfg.base().unwrap_or_default(),
+            password: self.panel_cfg.password.clone(),
+            secure_cookies: self.panel_cfg.secure_cookies.unwrap_or(false),
+        }))
+    }
 }
 
 /// The configured API token: `ONUS_API_TOKEN` over `api_token` in the file.
@@ -218,7 +234,8 @@ impl Server {
     ) -> Result<Self, String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let running = parts.onus.start();
-        let router = api::app(app.clone()).layer(
+        let panel = crate::panel::router(parts.panel(app.clone()));
+        let router = api::app_with(app.clone(), panel).layer(
             tower_http::trace::TraceLayer::new_for_http()
                 .make_span_with(|req: &axum::http::Request<_>| {
                     // The path only: a query can carry search text, and no header is logged.
@@ -238,11 +255,14 @@ impl Server {
         );
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
         });
         Ok(Server {
             addr,

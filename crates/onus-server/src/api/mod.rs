@@ -328,6 +328,11 @@ async fn openapi_json(State(doc): State<Arc<serde_json::Value>>) -> Json<serde_j
 
 /// The whole application: `/healthz`, `/api/v1/...` behind the token, `/api/v1/openapi.json`.
 pub fn app(state: App) -> Router {
+    app_with(state, Router::new())
+}
+
+/// [`app`], with `pages` (the tasks panel) served beside the API.
+pub fn app_with(state: App, pages: Router) -> Router {
     let (api, doc) = routes();
     let doc = Arc::new(serde_json::to_value(prefixed(doc)).unwrap_or_default());
     // Bodies are read by the API's own extractors, each within its call's limit.
@@ -348,6 +353,7 @@ pub fn app(state: App) -> Router {
         .route("/metrics", get(metrics::metrics))
         .with_state(state)
         .nest("/api/v1", open_doc.merge(protected))
+        .merge(pages)
         .fallback(|| async {
             ApiError::not_found(
                 "no such route; the API is under /api/v1 (see /api/v1/openapi.json)",

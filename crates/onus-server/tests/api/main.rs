@@ -8,6 +8,7 @@ mod examples;
 mod harness;
 mod jobs;
 mod openapi;
+mod panel;
 mod push;
 mod secrets;
 mod webhooks;
@@ -55,6 +56,11 @@ onus_testkit::both!(
         secrets_are_re_encrypted_under_a_new_key,
     ],
     examples: [the_search_indexing_example_survives_two_503s],
+    panel: [
+        login_sets_a_strict_session_and_forms_need_their_token,
+        failed_logins_are_limited_and_other_servers_sessions_refused,
+        every_page_renders_and_a_bulk_action_confirms_its_count,
+    ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );
 

@@ -1,0 +1,295 @@
+//! The tasks panel: server-rendered HTML (maud) on the API's own service functions, behind a
+//! login form and a session cookie, every form carrying the session's CSRF token. Every asset is
+//! served from the binary; pages work without JavaScript.
+
+pub mod pages;
+pub mod session;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde::Deserialize;
+use subtle::ConstantTimeEq as _;
+
+use crate::api::App;
+pub use session::{Session, Sessions};
+
+/// The panel's shared state.
+#[derive(Debug, Clone)]
+pub struct Panel(pub Arc<PanelInner>);
+
+/// What the panel's handlers need.
+#[derive(Debug)]
+pub struct PanelInner {
+    /// The API's state: the same service functions the API calls.
+    pub app: App,
+    /// Sessions and the login counter.
+    pub sessions: Sessions,
+    /// The path the panel is served under (empty: the root).
+    pub base: String,
+    /// The login password, when it is not the API token.
+    pub password: Option<String>,
+    /// Always mark the cookie `Secure`.
+    pub secure_cookies: bool,
+}
+
+impl std::ops::Deref for Panel {
+    type Target = PanelInner;
+    fn deref(&self) -> &PanelInner {
+        &self.0
+    }
+}
+
+impl Panel {
+    /// A path inside the panel.
+    pub fn href(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn redirect(&self, path: &str) -> Response {
+        let mut r = StatusCode::SEE_OTHER.into_response();
+        if let Ok(v) = HeaderValue::from_str(&self.href(path)) {
+            r.headers_mut().insert(LOCATION, v);
+        }
+        r
+    }
+
+    async fn password_ok(&self, given: &str) -> Result<bool, crate::api::ApiError> {
+        match &self.password {
+            Some(p) => {
+                Ok(p.len() == given.len() && bool::from(p.as_bytes().ct_eq(given.as_bytes())))
+            }
+            None => self.app.auth.check(given).await,
+        }
+    }
+}
+
+/// Only Onus's own scripts and styles; no framing; forms post only here.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Adds the panel's security headers to every answer.
+async fn headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut r = next.run(req).await;
+    let h = r.headers_mut();
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.entry(CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    r
+}
+
+/// A page's caller, logged in; a page without a valid session redirects to the login form.
+#[derive(Debug)]
+pub struct Authed(pub Session);
+
+/// Sent instead of a page when the session is missing or expired.
+#[derive(Debug)]
+pub struct ToLogin(Response);
+
+impl IntoResponse for ToLogin {
+    fn into_response(self) -> Response {
+        self.0
+    }
+}
+
+fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == session::COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+impl FromRequestParts<Panel> for Authed {
+    type Rejection = ToLogin;
+
+    async fn from_request_parts(parts: &mut Parts, panel: &Panel) -> Result<Self, ToLogin> {
+        let cookie = cookie_of(&parts.headers);
+        let found = match cookie {
+            Some(c) => panel
+                .sessions
+                .check(&c, chrono::Utc::now())
+                .await
+                .map_err(|e| ToLogin(crate::api::ApiError::from(e).into_response()))?,
+            None => None,
+        };
+        match found {
+            Some(s) => Ok(Authed(s)),
+            None => Err(ToLogin(panel.redirect("/login"))),
+        }
+    }
+}
+
+/// A POST refused for its missing or stale CSRF token.
+#[derive(Debug)]
+pub struct CsrfRefused;
+
+impl IntoResponse for CsrfRefused {
+    fn into_response(self) -> Response {
+        (
+            StatusCode::FORBIDDEN,
+            "the form's security token is missing or stale; reload the page and try again",
+        )
+            .into_response()
+    }
+}
+
+/// A form's CSRF field, checked against the session; a POST without it changes nothing.
+pub fn check_csrf(session: &Session, given: Option<&str>) -> Result<(), CsrfRefused> {
+    match given {
+        Some(g) if Sessions::csrf_ok(session, g) => Ok(()),
+        _ => Err(CsrfRefused),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+fn secure(panel: &Panel, headers: &HeaderMap) -> bool {
+    panel.secure_cookies
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+async fn login_page(State(panel): State<Panel>) -> Response {
+    pages::login(&panel, None).into_response()
+}
+
+async fn login(
+    State(panel): State<Panel>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let ip = peer.ip();
+    if !panel.sessions.may_try(ip) {
+        let page = pages::login(
+            &panel,
+            Some("Too many failed logins from this address; wait a minute and try again."),
+        );
+        return (StatusCode::TOO_MANY_REQUESTS, page).into_response();
+    }
+    match panel.password_ok(form.token.trim()).await {
+        Ok(true) => {}
+        Ok(false) => {
+            panel.sessions.failed(ip);
+            let page = pages::login(&panel, Some("That token is not accepted."));
+            return (StatusCode::UNAUTHORIZED, page).into_response();
+        }
+        Err(e) => return e.into_response(),
+    }
+    let value = match panel.sessions.create(chrono::Utc::now()).await {
+        Ok(v) => v,
+        Err(e) => return crate::api::ApiError::from(e).into_response(),
+    };
+    let path = if panel.base.is_empty() {
+        "/"
+    } else {
+        panel.base.as_str()
+    };
+    let cookie = format!(
+        "{}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        session::COOKIE,
+        session::SESSION_FOR.as_secs(),
+        if secure(&panel, &headers) {
+            "; Secure"
+        } else {
+            ""
+        }
+    );
+    let mut r = panel.redirect("/");
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(SET_COOKIE, v);
+    }
+    r
+}
+
+#[derive(Debug, Deserialize)]
+struct CsrfForm {
+    csrf: Option<String>,
+}
+
+async fn logout(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let path = if panel.base.is_empty() {
+        "/"
+    } else {
+        panel.base.as_str()
+    };
+    let mut r = panel.redirect("/login");
+    let gone = format!(
+        "{}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0",
+        session::COOKIE
+    );
+    if let Ok(v) = HeaderValue::from_str(&gone) {
+        r.headers_mut().insert(SET_COOKIE, v);
+    }
+    r
+}
+
+async fn css() -> impl IntoResponse {
+    (
+        [
+            (CONTENT_TYPE, "text/css; charset=utf-8"),
+            (CACHE_CONTROL, "max-age=3600"),
+        ],
+        include_str!("../../assets/panel.css"),
+    )
+}
+
+async fn js() -> impl IntoResponse {
+    (
+        [
+            (CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (CACHE_CONTROL, "max-age=3600"),
+        ],
+        include_str!("../../assets/panel.js"),
+    )
+}
+
+/// The panel's routes, under its base path.
+pub fn router(panel: Panel) -> Router {
+    let routes = Router::new()
+        .route("/", get(pages::overview))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/bulk", post(pages::jobs_bulk))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/action", post(pages::job_action))
+        .route("/queues/{name}/action", post(pages::queue_action))
+        .route("/assets/panel.css", get(css))
+        .route("/assets/panel.js", get(js))
+        .layer(axum::middleware::from_fn(headers))
+        .with_state(panel.clone());
+    if panel.base.is_empty() {
+        routes
+    } else {
+        Router::new().nest(&panel.base, routes)
+    }
+}

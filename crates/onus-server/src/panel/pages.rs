@@ -1,0 +1,447 @@
+//! The panel's pages, each built from the API's service functions.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Form;
+use maud::{html, Markup, DOCTYPE};
+use serde::Deserialize;
+
+use super::{check_csrf, Authed, Panel, Session};
+use crate::api::jobs::{self, Bulk, BulkBody, ListParams};
+use crate::api::{queues, ApiError};
+
+/// The frame of every page: navigation, the open-alert badge, the content.
+fn layout(
+    panel: &Panel,
+    s: Option<&Session>,
+    title: &str,
+    open_alerts: u64,
+    body: Markup,
+) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Onus" }
+                link rel="stylesheet" href=(panel.href("/assets/panel.css"));
+                script src=(panel.href("/assets/panel.js")) defer {}
+            }
+            body {
+                @if let Some(s) = s {
+                    header {
+                        nav aria-label="Main" {
+                            a href=(panel.href("/")) { "Overview" }
+                            a href=(panel.href("/jobs")) { "Jobs" }
+                            a href=(panel.href("/jobs?state=discarded")) {
+                                "Discarded "
+                                @if open_alerts > 0 { span class="badge" title="open alerts" { "open alerts: " (open_alerts) } }
+                            }
+                        }
+                        form method="post" action=(panel.href("/logout")) class="logout" {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            button type="submit" { "Log out" }
+                        }
+                        label class="refresh" { input type="checkbox" id="auto-refresh"; " Refresh" }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+fn err_page(panel: &Panel, s: &Session, e: ApiError) -> Response {
+    let status = e.status;
+    let body = html! { p class="error" role="alert" { (e.message) } };
+    (
+        status,
+        layout(panel, Some(s), "Something went wrong", 0, body),
+    )
+        .into_response()
+}
+
+/// The login form, with an error to show.
+pub fn login(panel: &Panel, error: Option<&str>) -> Markup {
+    let body = html! {
+        form method="post" action=(panel.href("/login")) class="login" {
+            @if let Some(e) = error { p class="error" role="alert" { (e) } }
+            label for="token" { "API token or panel password" }
+            input id="token" name="token" type="password" autocomplete="current-password" required autofocus;
+            p class="hint" { "Print the API token with " code { "onus token show" } "." }
+            button type="submit" { "Log in" }
+        }
+    };
+    layout(panel, None, "Log in", 0, body)
+}
+
+/// Overview: counts per state, queue and kind; queues with pause and resume.
+pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response {
+    let app = &panel.app;
+    let result = async {
+        let counts = app.client.store().counts().await?;
+        let qs = queues::queue_list(app).await?;
+        let open = app.client.open_alerts().await?;
+        Ok::<_, ApiError>((counts, qs, open))
+    }
+    .await;
+    let (counts, qs, open) = match result {
+        Ok(v) => v,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    let mut by_state: std::collections::BTreeMap<&str, u64> = Default::default();
+    let mut by_kind: std::collections::BTreeMap<&str, u64> = Default::default();
+    for r in &counts {
+        *by_state.entry(r.state.as_str()).or_default() += r.count;
+        *by_kind.entry(r.kind.as_str()).or_default() += r.count;
+    }
+    let body = html! {
+        section aria-labelledby="states" {
+            h2 id="states" { "Jobs by state" }
+            ul class="tiles" {
+                @for (state, n) in &by_state {
+                    li { a href=(panel.href(&format!("/jobs?state={state}"))) { span class="n" { (n) } " " (state) } }
+                }
+            }
+        }
+        section aria-labelledby="queues" {
+            h2 id="queues" { "Queues" }
+            table {
+                thead { tr { th { "Queue" } th { "Waiting" } th { "Oldest waiting" } th { "State" } th { span class="sr" { "Action" } } } }
+                tbody {
+                    @for q in &qs.queues {
+                        tr {
+                            td { a href=(panel.href(&format!("/jobs?queue={}", q.name))) { (q.name) } }
+                            td { (q.waiting) }
+                            td { (format!("{:.1} s", q.oldest_waiting_seconds)) }
+                            td { @if q.paused { "paused" } @else { "running" } }
+                            td {
+                                form method="post" action=(panel.href(&format!("/queues/{}/action", q.name))) {
+                                    input type="hidden" name="csrf" value=(s.csrf);
+                                    @if q.paused {
+                                        input type="hidden" name="action" value="resume";
+                                        button type="submit" { "Resume " (q.name) }
+                                    } @else {
+                                        input type="hidden" name="action" value="pause";
+                                        button type="submit" { "Pause " (q.name) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section aria-labelledby="kinds" {
+            h2 id="kinds" { "Jobs by kind" }
+            table {
+                thead { tr { th { "Kind" } th { "Jobs" } } }
+                tbody {
+                    @for (kind, n) in &by_kind {
+                        tr { td { a href=(panel.href(&format!("/jobs?kind={kind}"))) { (kind) } } td { (n) } }
+                    }
+                }
+            }
+        }
+    };
+    layout(&panel, Some(&s), "Overview", open, body).into_response()
+}
+
+fn query_of(p: &ListParams) -> String {
+    let pairs = [
+        ("state", &p.state),
+        ("kind", &p.kind),
+        ("queue", &p.queue),
+        ("tag", &p.tag),
+        ("created_after", &p.created_after),
+        ("created_before", &p.created_before),
+        ("q", &p.q),
+        ("limit", &p.limit),
+    ];
+    let mut s = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+            s.append_pair(k, v);
+        }
+    }
+    s.finish()
+}
+
+fn filter_form(panel: &Panel, p: &ListParams) -> Markup {
+    let v = |o: &Option<String>| o.clone().unwrap_or_default();
+    html! {
+        form method="get" action=(panel.href("/jobs")) class="filters" {
+            label { "State " input name="state" value=(v(&p.state)) placeholder="discarded,retryable"; }
+            label { "Kind " input name="kind" value=(v(&p.kind)); }
+            label { "Queue " input name="queue" value=(v(&p.queue)); }
+            label { "Tag " input name="tag" value=(v(&p.tag)); }
+            label { "Created after " input name="created_after" value=(v(&p.created_after)) placeholder="2026-12-01T00:00:00Z"; }
+            label { "Created before " input name="created_before" value=(v(&p.created_before)); }
+            label { "Text in args " input name="q" value=(v(&p.q)); }
+            button type="submit" { "Filter" }
+        }
+    }
+}
+
+/// Jobs: the API's filters, pages, and bulk actions over every match.
+pub async fn jobs(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Query(p): Query<ListParams>,
+) -> Response {
+    let (filter, limit, cursor) = match p.parse() {
+        Ok(v) => v,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    let page = match jobs::page(&panel.app, &filter, limit, cursor).await {
+        Ok(p) => p,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let here = query_of(&p);
+    let body = html! {
+        (filter_form(&panel, &p))
+        form method="post" action=(panel.href("/jobs/bulk")) class="bulk" {
+            input type="hidden" name="csrf" value=(s.csrf);
+            input type="hidden" name="query" value=(here);
+            span { "Every job matching the filter: " }
+            button name="action" value="retry" { "Retry all" }
+            button name="action" value="cancel" { "Cancel all" }
+            button name="action" value="delete" { "Delete all" }
+        }
+        table class="jobs" {
+            thead { tr { th { "ID" } th { "Kind" } th { "Queue" } th { "State" } th { "Attempt" } th { "Run at" } th { "Last error" } } }
+            tbody {
+                @for j in &page.jobs {
+                    tr {
+                        td { a href=(panel.href(&format!("/jobs/{}", j.id))) { (j.id) } }
+                        td { (j.kind) }
+                        td { (j.queue) }
+                        td { span class=(format!("state {}", j.state.as_str())) { (j.state.as_str()) } }
+                        td { (j.attempt) "/" (j.max_attempts) }
+                        td { (j.run_at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (j.errors.last().map(|e| e.message.chars().take(80).collect::<String>()).unwrap_or_default()) }
+                    }
+                }
+            }
+        }
+        @if page.jobs.is_empty() { p { "No job matches." } }
+        @if let Some(c) = &page.next_cursor {
+            a class="next" href=(panel.href(&format!("/jobs?{}{}cursor={c}", here, if here.is_empty() { "" } else { "&" }))) { "Next page" }
+        }
+    };
+    layout(&panel, Some(&s), "Jobs", open, body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BulkForm {
+    csrf: Option<String>,
+    action: String,
+    query: String,
+    confirm: Option<String>,
+}
+
+fn bulk_body(query: &str) -> Result<BulkBody, ApiError> {
+    let p: ListParams =
+        serde_urlencoded::from_str(query).map_err(|e| ApiError::invalid(format!("filter: {e}")))?;
+    let (f, _, _) = p.parse()?;
+    Ok(BulkBody {
+        states: f.states.iter().map(|s| s.as_str().to_string()).collect(),
+        kinds: f.kinds,
+        queues: f.queues,
+        tags: f.tags,
+        created_after: p.created_after,
+        created_before: p.created_before,
+        q: f.q,
+        ..BulkBody::default()
+    })
+}
+
+/// A bulk action: first a confirmation showing the count (a dry run), then the action.
+pub async fn jobs_bulk(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Form(f): Form<BulkForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let action = match f.action.as_str() {
+        "retry" => Bulk::Retry,
+        "cancel" => Bulk::Cancel,
+        "delete" => Bulk::Delete,
+        other => return err_page(&panel, &s, ApiError::invalid(format!("action: {other:?}"))),
+    };
+    let mut body = match bulk_body(&f.query) {
+        Ok(b) => b,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    body.dry_run = f.confirm.as_deref() != Some("yes");
+    let answer = match jobs::bulk(&panel.app, action, &body).await {
+        Ok(a) => a,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    let n = answer
+        .retried
+        .or(answer.cancelled)
+        .or(answer.deleted)
+        .unwrap_or(0)
+        + answer.cancel_requested.unwrap_or(0);
+    let done_word = match action {
+        Bulk::Retry => "retried",
+        Bulk::Cancel => "cancelled",
+        Bulk::Delete => "deleted",
+    };
+    let back = panel.href(&format!("/jobs?{}", f.query));
+    let page = html! {
+        @if body.dry_run {
+            p { (answer.matched) " jobs match; " (n) " can be " (done_word) "." }
+            form method="post" action=(panel.href("/jobs/bulk")) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="query" value=(f.query);
+                input type="hidden" name="action" value=(f.action);
+                input type="hidden" name="confirm" value="yes";
+                button type="submit" class="danger" { "Yes, " (f.action) " " (n) " jobs" }
+                " " a href=(back) { "No, go back" }
+            }
+        } @else {
+            p role="status" { (n) " of " (answer.matched) " matching jobs " (done_word) "; " (answer.refused) " left as they were." }
+            a href=(back) { "Back to the jobs" }
+        }
+    };
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    layout(&panel, Some(&s), "Every matching job", open, page).into_response()
+}
+
+/// A job: args, every attempt and snooze, its policy and the projected remaining attempts.
+pub async fn job(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+) -> Response {
+    let found = async {
+        let id = jobs::job_id(&id)?;
+        Ok::<_, ApiError>(panel.app.client.get(id).await?)
+    }
+    .await;
+    let j = match found {
+        Ok(j) => j,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    let policy = panel.app.kinds.get(&j.kind).map(|k| k.policy.clone());
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let args = serde_json::to_string_pretty(&j.args).unwrap_or_default();
+    let body = html! {
+        dl class="facts" {
+            dt { "Kind" } dd { (j.kind) }
+            dt { "Queue" } dd { (j.queue) }
+            dt { "State" } dd { span class=(format!("state {}", j.state.as_str())) { (j.state.as_str()) }
+                @if let Some(r) = j.discard_reason { " (" (r.as_str()) ")" } }
+            dt { "Attempt" } dd { (j.attempt) " of " (j.max_attempts) ", " (j.snoozes) " snoozes" }
+            dt { "Run at" } dd { (j.run_at.to_rfc3339()) }
+            dt { "Created" } dd { (j.created_at.to_rfc3339()) }
+            @if !j.tags.is_empty() { dt { "Tags" } dd { (j.tags.join(", ")) } }
+        }
+        div class="actions" {
+            @for action in ["retry", "cancel"] {
+                form method="post" action=(panel.href(&format!("/jobs/{}/action", j.id))) {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="action" value=(action);
+                    button type="submit" { (if action == "retry" { "Retry" } else { "Cancel" }) }
+                }
+            }
+        }
+        h2 { "Args" }
+        pre class="args" { (args) }
+        h2 { "History" }
+        @if j.errors.is_empty() { p { "No failed attempt or snooze." } }
+        @else {
+            table {
+                thead { tr { th { "When" } th { "Attempt" } th { "Class" } th { "Message" } } }
+                tbody { @for e in &j.errors { tr {
+                    td { (e.at.to_rfc3339()) } td { (e.attempt) }
+                    td { (serde_json::to_value(e.class).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()) }
+                    td { (e.message) }
+                } } }
+            }
+        }
+        @if let Some(p) = policy {
+            h2 { "Policy" }
+            pre { (format!("{} attempts, backoff {}, jitter +/-{:.0}%, timeout {}", p.max_attempts, p.backoff, p.jitter * 100.0, onus::policy::human(p.timeout))) }
+            h3 { "Timeline" }
+            ol class="timeline" {
+                @for step in p.timeline().steps {
+                    li class=(if step.attempt <= j.attempt { "done" } else { "ahead" }) {
+                        "attempt " (step.attempt) ": +" (onus::policy::human(step.offset))
+                    }
+                }
+            }
+        }
+    };
+    layout(&panel, Some(&s), &format!("Job {}", j.id), open, body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ActionForm {
+    csrf: Option<String>,
+    action: String,
+}
+
+/// Retry or cancel one job, then back to its page.
+pub async fn job_action(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let done = async {
+        let id = jobs::job_id(&id)?;
+        match f.action.as_str() {
+            "retry" => {
+                panel.app.client.retry(id).await?;
+            }
+            "cancel" => {
+                panel.app.client.cancel(id).await?;
+            }
+            other => return Err(ApiError::invalid(format!("action: {other:?}"))),
+        }
+        Ok(id)
+    }
+    .await;
+    match done {
+        Ok(id) => panel.redirect(&format!("/jobs/{id}")),
+        Err(e) => err_page(&panel, &s, e),
+    }
+}
+
+/// Pause or resume a queue, then back to the overview.
+pub async fn queue_action(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(name): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let done = match f.action.as_str() {
+        "pause" => panel.app.client.pause_queue(&name).await.map(|_| ()),
+        "resume" => panel.app.client.resume_queue(&name).await.map(|_| ()),
+        other => {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("action: {other:?}"),
+            )
+                .into_response()
+        }
+    };
+    match done {
+        Ok(()) => panel.redirect("/"),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}

@@ -1,0 +1,156 @@
+//! Panel sessions: a cookie signed with a key kept in the database (so every process sharing a
+//! PostgreSQL database accepts it, and a cookie made by another server is refused), expiring after
+//! [`SESSION_FOR`]; a CSRF token derived from the session, checked on every POST; and a counter of
+//! failed logins per address.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine as _;
+use hmac::{KeyInit, Mac};
+use subtle::ConstantTimeEq as _;
+use tokio::sync::OnceCell;
+
+use crate::secrets::{self, Secrets};
+
+/// How long a session lasts.
+pub const SESSION_FOR: Duration = Duration::from_secs(12 * 3600);
+/// The session cookie's name.
+pub const COOKIE: &str = "onus_session";
+/// The name the session key is kept under.
+const KEY_NAME: &str = "panel.session_key";
+/// Failed logins from one address within [`FAILURE_WINDOW`] before it is refused for as long.
+pub const MAX_FAILURES: usize = 5;
+/// See [`MAX_FAILURES`].
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// Makes and checks sessions.
+pub struct Sessions {
+    secrets: Secrets,
+    key: OnceCell<Vec<u8>>,
+    failures: Mutex<HashMap<IpAddr, Vec<Instant>>>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+/// A valid session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// Its random id (part of the cookie).
+    pub id: String,
+    /// The token every form of this session carries.
+    pub csrf: String,
+}
+
+impl Sessions {
+    /// Sessions signed with the key kept in `secrets` (made on first use).
+    pub fn new(secrets: Secrets) -> Self {
+        Sessions {
+            secrets,
+            key: OnceCell::new(),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn key(&self) -> Result<&[u8], onus::StoreError> {
+        self.key
+            .get_or_try_init(|| async {
+                let (v, _) = self
+                    .secrets
+                    .ensure(KEY_NAME, secrets::generate(""), chrono::Utc::now())
+                    .await?;
+                Ok(v.value.into_bytes())
+            })
+            .await
+            .map(Vec::as_slice)
+    }
+
+    fn mac(key: &[u8], what: &str) -> Vec<u8> {
+        // HMAC takes a key of any length.
+        let mut m = <HmacSha256 as KeyInit>::new_from_slice(key).expect("any key length");
+        m.update(what.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    }
+
+    /// A new session cookie value, valid until `now` + [`SESSION_FOR`].
+    pub async fn create(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<String, onus::StoreError> {
+        let key = self.key().await?;
+        let id = secrets::generate("");
+        let until =
+            (now + chrono::TimeDelta::from_std(SESSION_FOR).unwrap_or_default()).timestamp();
+        let body = format!("{id}.{until}");
+        let sig = B64.encode(Self::mac(key, &format!("session:{body}")));
+        Ok(format!("{body}.{sig}"))
+    }
+
+    /// The session a cookie value names, if it is genuine and not expired.
+    pub async fn check(
+        &self,
+        cookie: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<Session>, onus::StoreError> {
+        let key = self.key().await?;
+        let mut parts = cookie.rsplitn(2, '.');
+        let (Some(sig), Some(body)) = (parts.next(), parts.next()) else {
+            return Ok(None);
+        };
+        let want = Self::mac(key, &format!("session:{body}"));
+        let Ok(got) = B64.decode(sig) else {
+            return Ok(None);
+        };
+        if got.len() != want.len() || !bool::from(got.ct_eq(&want)) {
+            return Ok(None);
+        }
+        let Some((id, until)) = body.split_once('.') else {
+            return Ok(None);
+        };
+        let Ok(until) = until.parse::<i64>() else {
+            return Ok(None);
+        };
+        if until <= now.timestamp() {
+            return Ok(None);
+        }
+        let csrf = B64.encode(Self::mac(key, &format!("csrf:{id}")));
+        Ok(Some(Session {
+            id: id.to_string(),
+            csrf,
+        }))
+    }
+
+    /// Whether `given` is the session's CSRF token (compared in constant time).
+    pub fn csrf_ok(session: &Session, given: &str) -> bool {
+        session.csrf.len() == given.len()
+            && bool::from(session.csrf.as_bytes().ct_eq(given.as_bytes()))
+    }
+
+    /// Whether `addr` may try to log in now (fewer than [`MAX_FAILURES`] failures within the
+    /// window).
+    pub fn may_try(&self, addr: IpAddr) -> bool {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let list = f.entry(addr).or_default();
+        list.retain(|t| t.elapsed() < FAILURE_WINDOW);
+        list.len() < MAX_FAILURES
+    }
+
+    /// Counts a failed login from `addr`.
+    pub fn failed(&self, addr: IpAddr) {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if f.len() > 10_000 {
+            // Bounded: addresses whose failures all lapsed are forgotten.
+            f.retain(|_, l| l.iter().any(|t| t.elapsed() < FAILURE_WINDOW));
+        }
+        f.entry(addr).or_default().push(Instant::now());
+    }
+}

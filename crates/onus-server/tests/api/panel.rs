@@ -1,0 +1,254 @@
+//! The tasks panel over HTTP (the browser scenarios come with the panel's own tests): login, the
+//! session cookie, CSRF, the failed-login limit, and the pages rendering from the API's functions.
+
+use serde_json::json;
+
+use crate::harness::World;
+
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+}
+
+impl Browser {
+    fn new(w: &World) -> Browser {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            base: w.base.clone(),
+            cookie: None,
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
+        let mut r = self.http.get(format!("{}{path}", self.base));
+        if let Some(c) = &self.cookie {
+            r = r.header("cookie", c);
+        }
+        let res = r.send().await.unwrap();
+        let (s, h) = (res.status().as_u16(), res.headers().clone());
+        (s, res.text().await.unwrap(), h)
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        extra: &[(&str, &str)],
+    ) -> (u16, String, reqwest::header::HeaderMap) {
+        let body = serde_urlencoded::to_string(form).unwrap();
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(c) = &self.cookie {
+            r = r.header("cookie", c);
+        }
+        for (k, v) in extra {
+            r = r.header(*k, *v);
+        }
+        let res = r.send().await.unwrap();
+        let (s, h) = (res.status().as_u16(), res.headers().clone());
+        (s, res.text().await.unwrap(), h)
+    }
+
+    async fn login(&mut self, token: &str) -> String {
+        let (s, _, h) = self.post("/login", &[("token", token)], &[]).await;
+        assert_eq!(s, 303);
+        let set = h["set-cookie"].to_str().unwrap().to_string();
+        self.cookie = Some(set.split(';').next().unwrap().to_string());
+        set
+    }
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf_of(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with the CSRF token")
+        + 19;
+    page[at..at + page[at..].find('"').unwrap()].to_string()
+}
+
+pub async fn login_sets_a_strict_session_and_forms_need_their_token(w: World) {
+    let mut b = Browser::new(&w);
+    let (s, _, h) = b.get("/").await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (303, "/login"),
+        "no session: the login form"
+    );
+    let (s, page, h) = b.get("/login").await;
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("<label for=\"token\""),
+        "a labelled field: {page}"
+    );
+    let csp = h["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
+    let (s, page, _) = b.post("/login", &[("token", "wrong")], &[]).await;
+    assert!(s == 401 && page.contains("not accepted"), "{s} {page}");
+    let set = b.login(&w.token).await;
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict") && !set.contains("Secure"),
+        "{set}"
+    );
+    let (_, _, h) = b
+        .post(
+            "/login",
+            &[("token", &w.token)],
+            &[("x-forwarded-proto", "https")],
+        )
+        .await;
+    assert!(
+        h["set-cookie"].to_str().unwrap().contains("; Secure"),
+        "Secure over HTTPS"
+    );
+
+    let (s, overview, _) = b.get("/").await;
+    assert_eq!(s, 200);
+    assert!(
+        overview.contains("Jobs by state") && overview.contains("Pause default"),
+        "{overview}"
+    );
+    // A POST without the session's token (or with another) is refused and changes nothing.
+    let before = w.fingerprint().await;
+    for form in [
+        vec![("action", "pause")],
+        vec![("action", "pause"), ("csrf", "forged")],
+    ] {
+        let (s, _, _) = b.post("/queues/default/action", &form, &[]).await;
+        assert_eq!(s, 403);
+    }
+    assert_eq!(
+        w.fingerprint().await,
+        before,
+        "a refused form changes nothing"
+    );
+    let csrf = csrf_of(&overview);
+    let (s, _, _) = b
+        .post(
+            "/queues/default/action",
+            &[("action", "pause"), ("csrf", &csrf)],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 303);
+    let (_, q) = w.get("/api/v1/queues").await;
+    assert!(
+        q["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["name"] == "default" && q["paused"] == true),
+        "{q}"
+    );
+    // Logging out forgets the cookie.
+    let (s, _, h) = b.post("/logout", &[("csrf", &csrf)], &[]).await;
+    assert_eq!(s, 303);
+    assert!(h["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+}
+
+pub async fn failed_logins_are_limited_and_other_servers_sessions_refused(w: World) {
+    let b = Browser::new(&w);
+    for _ in 0..5 {
+        assert_eq!(b.post("/login", &[("token", "wrong")], &[]).await.0, 401);
+    }
+    let (s, page, _) = b.post("/login", &[("token", &w.token)], &[]).await;
+    assert!(
+        s == 429 && page.contains("Too many failed logins"),
+        "the sixth try within a minute: {s}"
+    );
+    // A session made by another server (another database, another key) is refused here.
+    let other = crate::harness::api(w.backend).await;
+    let mut theirs = Browser::new(&other);
+    theirs.login(&other.token).await;
+    let mut mine = Browser::new(&w);
+    mine.cookie = theirs.cookie.clone();
+    let (s, _, h) = mine.get("/").await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/login"));
+}
+
+pub async fn every_page_renders_and_a_bulk_action_confirms_its_count(w: World) {
+    let batch: Vec<_> = (0..120)
+        .map(|i| json!({"kind": "report.build", "args": {"i": i}, "tags": ["panel"]}))
+        .collect();
+    w.post("/api/v1/jobs/batch", json!({"jobs": batch})).await;
+    let (_, j) = w.post("/api/v1/jobs", json!({"kind": "test.fail"})).await;
+    let failed = j["id"].as_i64().unwrap();
+    w.wait_job(failed, |j| j["state"] == "discarded").await;
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    for path in [
+        "/",
+        "/jobs",
+        "/jobs?state=discarded",
+        "/jobs?q=%22i%22%3A7&kind=report.build",
+        &format!("/jobs/{failed}"),
+    ] {
+        let (s, page, _) = b.get(path).await;
+        assert_eq!(s, 200, "{path}: {page}");
+        assert!(page.starts_with("<!DOCTYPE html>"), "{path}");
+    }
+    let (_, page, _) = b.get(&format!("/jobs/{failed}")).await;
+    assert!(
+        page.contains("the test says no") && page.contains("Timeline"),
+        "{page}"
+    );
+    let (_, list, _) = b.get("/jobs?tag=panel&limit=50").await;
+    assert!(
+        list.contains("Next page"),
+        "120 jobs make more than one page"
+    );
+    let csrf = csrf_of(&list);
+    let (s, confirm, _) = b
+        .post(
+            "/jobs/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "cancel"),
+                ("query", "tag=panel"),
+            ],
+            &[],
+        )
+        .await;
+    assert!(
+        s == 200 && confirm.contains("120 jobs match; 120 can be cancelled"),
+        "{confirm}"
+    );
+    let (_, q) = w
+        .get("/api/v1/jobs?tag=panel&state=cancelled&limit=1000")
+        .await;
+    assert!(
+        q["jobs"].as_array().unwrap().is_empty(),
+        "the confirmation changes nothing"
+    );
+    let (s, done, _) = b
+        .post(
+            "/jobs/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "cancel"),
+                ("query", "tag=panel"),
+                ("confirm", "yes"),
+            ],
+            &[],
+        )
+        .await;
+    assert!(s == 200 && done.contains("120 of 120"), "{done}");
+    let (_, q) = w
+        .get("/api/v1/jobs?tag=panel&state=cancelled&limit=1000")
+        .await;
+    assert_eq!(
+        q["jobs"].as_array().unwrap().len(),
+        120,
+        "every match, not one page"
+    );
+}
