@@ -35,10 +35,12 @@ fn layout(
                         nav aria-label="Main" {
                             a href=(panel.href("/")) { "Overview" }
                             a href=(panel.href("/jobs")) { "Jobs" }
-                            a href=(panel.href("/jobs?state=discarded")) {
-                                "Discarded "
-                                @if open_alerts > 0 { span class="badge" title="open alerts" { "open alerts: " (open_alerts) } }
+                            a href=(panel.href("/alerts")) {
+                                "Alerts "
+                                @if open_alerts > 0 { span class="badge" title="open alerts" { (open_alerts) } }
                             }
+                            a href=(panel.href("/periodic")) { "Periodic" }
+                            a href=(panel.href("/kinds")) { "Kinds" }
                         }
                         form method="post" action=(panel.href("/logout")) class="logout" {
                             input type="hidden" name="csrf" value=(s.csrf);
@@ -444,4 +446,146 @@ pub async fn queue_action(
         Ok(()) => panel.redirect("/"),
         Err(e) => err_page(&panel, &s, e.into()),
     }
+}
+
+/// Alerts: open first, then acknowledged; acknowledge one or all.
+pub async fn alerts(State(panel): State<Panel>, Authed(s): Authed) -> Response {
+    let list =
+        match crate::api::alerts::alert_list(&panel.app, crate::api::alerts::MAX_ALERTS).await {
+            Ok(l) => l,
+            Err(e) => return err_page(&panel, &s, e),
+        };
+    let body = html! {
+        @if list.open > 0 {
+            form method="post" action=(panel.href("/alerts/ack")) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                button type="submit" { "Acknowledge all " (list.open) " open alerts" }
+            }
+        }
+        @if list.alerts.is_empty() { p { "No alert: no job was exhausted." } }
+        @else {
+            table {
+                thead { tr { th { "Raised" } th { "Job" } th { "Kind" } th { "Last error" } th { "Acknowledged" } } }
+                tbody {
+                    @for a in &list.alerts {
+                        tr {
+                            td { (a.created_at.format("%Y-%m-%d %H:%M:%S")) }
+                            td { a href=(panel.href(&format!("/jobs/{}", a.job_id))) { (a.job_id) } }
+                            td { (a.kind) }
+                            td { (a.message) }
+                            td {
+                                @if let Some(t) = a.acked_at { (t.format("%Y-%m-%d %H:%M:%S")) }
+                                @else {
+                                    form method="post" action=(panel.href("/alerts/ack")) {
+                                        input type="hidden" name="csrf" value=(s.csrf);
+                                        input type="hidden" name="id" value=(a.id);
+                                        button type="submit" { "Acknowledge" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(&panel, Some(&s), "Alerts", list.open, body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AckForm {
+    csrf: Option<String>,
+    id: Option<i64>,
+}
+
+/// Acknowledges one alert, or every open one.
+pub async fn alerts_ack(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Form(f): Form<AckForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let done = async {
+        match f.id {
+            Some(id) => {
+                panel.app.client.ack_alert(id).await?;
+            }
+            None => {
+                for a in panel
+                    .app
+                    .client
+                    .alerts(crate::api::alerts::MAX_ALERTS)
+                    .await?
+                {
+                    if a.acked_at.is_none() {
+                        panel.app.client.ack_alert(a.id).await?;
+                    }
+                }
+            }
+        }
+        Ok::<_, onus::Error>(())
+    }
+    .await;
+    match done {
+        Ok(()) => panel.redirect("/alerts"),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}
+
+/// Periodic jobs: schedule, last run, last failure with its error, next run.
+pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response {
+    let rows = match panel.app.client.store().list_periodic().await {
+        Ok(r) => r,
+        Err(e) => return err_page(&panel, &s, e.into()),
+    };
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let t = |v: Option<onus::Timestamp>| {
+        v.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+            .unwrap_or_else(|| "-".into())
+    };
+    let body = html! {
+        @if rows.is_empty() { p { "No periodic job." } }
+        @else {
+            table {
+                thead { tr { th { "Name" } th { "Kind" } th { "Schedule" } th { "Last run" } th { "Last state" } th { "Last failure" } th { "Next run" } } }
+                tbody {
+                    @for r in &rows {
+                        tr {
+                            td { (r.name) } td { (r.kind) } td { code { (r.schedule) } }
+                            td { (t(r.last_run_at)) }
+                            td { (r.last_state.clone().unwrap_or_else(|| "-".into())) }
+                            td {
+                                @if let (Some(at), Some(e)) = (r.last_failure_at, &r.last_error) {
+                                    (at.format("%Y-%m-%d %H:%M:%S")) ": " span class="error" { (e) }
+                                } @else { "-" }
+                            }
+                            td { (t(r.next_run_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(&panel, Some(&s), "Periodic jobs", open, body).into_response()
+}
+
+/// Kinds: how each is handled, its queue, policy and the timeline it implies.
+pub async fn kinds(State(panel): State<Panel>, Authed(s): Authed) -> Response {
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let body = html! {
+        @for k in panel.app.kinds.values() {
+            section aria-labelledby=(format!("k-{}", k.name)) {
+                h2 id=(format!("k-{}", k.name)) { (k.name) }
+                p {
+                    (serde_json::to_value(k.handled_by).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default())
+                    " · queue " (k.queue)
+                    @if let Some(u) = &k.url { " · " code { (u) } }
+                }
+                pre { (k.policy.timeline()) }
+            }
+        }
+    };
+    layout(&panel, Some(&s), "Kinds", open, body).into_response()
 }

@@ -197,6 +197,21 @@ pub async fn every_page_renders_and_a_bulk_action_confirms_its_count(w: World) {
         assert_eq!(s, 200, "{path}: {page}");
         assert!(page.starts_with("<!DOCTYPE html>"), "{path}");
     }
+    let (_, page, _) = b.get("/periodic").await;
+    assert!(page.contains("nightly-report"), "{page}");
+    let (_, page, _) = b.get("/kinds").await;
+    assert!(
+        page.contains("report.build") && page.contains("pull"),
+        "{page}"
+    );
+    let (_, alerts, _) = b.get("/alerts").await;
+    assert!(alerts.contains("the test says no"), "{alerts}");
+    let (s, _, _) = b
+        .post("/alerts/ack", &[("csrf", &csrf_of(&alerts))], &[])
+        .await;
+    assert_eq!(s, 303);
+    let (_, a) = w.get("/api/v1/alerts").await;
+    assert_eq!(a["open"], json!(0), "acknowledge all: {a}");
     let (_, page, _) = b.get(&format!("/jobs/{failed}")).await;
     assert!(
         page.contains("the test says no") && page.contains("Timeline"),
