@@ -223,8 +223,12 @@ pub fn states(field: &str, names: &[String]) -> Result<Vec<JobState>, ApiError> 
 impl ListParams {
     /// The filter, the page size and the cursor; the error names the bad parameter.
     pub fn parse(&self) -> Result<(JobFilter, usize, Option<JobId>), ApiError> {
-        let limit = super::page_size(&self.limit, DEFAULT_PAGE, MAX_PAGE)?;
-        let cursor = match &self.cursor {
+        // An empty parameter (a form's blank field) is an absent one.
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
+        let (limit_v, cursor_v) = (given(&self.limit), given(&self.cursor));
+        let (after_v, before_v) = (given(&self.created_after), given(&self.created_before));
+        let limit = super::page_size(&limit_v, DEFAULT_PAGE, MAX_PAGE)?;
+        let cursor = match &cursor_v {
             None => None,
             Some(c) => Some(
                 c.parse::<JobId>()
@@ -238,13 +242,11 @@ impl ListParams {
             kinds: list_of(&self.kind),
             queues: list_of(&self.queue),
             tags: list_of(&self.tag),
-            created_after: self
-                .created_after
+            created_after: after_v
                 .as_deref()
                 .map(|v| instant("created_after", v))
                 .transpose()?,
-            created_before: self
-                .created_before
+            created_before: before_v
                 .as_deref()
                 .map(|v| instant("created_before", v))
                 .transpose()?,

@@ -1,0 +1,202 @@
+//! The tasks panel in a real headless browser: Debian's Chromium driven over WebDriver
+//! (chromedriver, started here on loopback). `scripts/test` installs both when missing. Every
+//! page is saved as a screenshot at desktop and phone width under `target/panel-screenshots/`.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+#[path = "api/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use onus_testkit::Backend;
+use serde_json::json;
+
+/// chromedriver on a free loopback port, killed when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn driver() -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver is installed (scripts/test installs Debian's chromium-driver)");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "chromedriver did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Driver { child, url }
+}
+
+async fn browser(d: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+            // Nothing leaves the machine: no background requests of the browser's own.
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--disable-extensions", "--no-first-run",
+            "--disable-client-side-phishing-detection", "--disable-domain-reliability",
+            "--metrics-recording-only", "--no-pings",
+        ]}),
+    );
+    ClientBuilder::rustls()
+        .unwrap()
+        .capabilities(caps)
+        .connect(&d.url)
+        .await
+        .expect("a browser session")
+}
+
+fn shots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../panel-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Saves the page at desktop and phone width.
+async fn shoot(c: &Client, name: &str) {
+    for (label, w, h) in [("desktop", 1280, 900), ("phone", 390, 844)] {
+        c.set_window_size(w, h).await.unwrap();
+        let png = c.screenshot().await.unwrap();
+        std::fs::write(shots().join(format!("{name}-{label}.png")), png).unwrap();
+    }
+    c.set_window_size(1280, 900).await.unwrap();
+}
+
+async fn wait_text(c: &Client, css: &str, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(e) = c.find(Locator::Css(css)).await {
+            if e.text().await.unwrap_or_default().contains(text) {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{css} never showed {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn scenario(backend: Backend, d: &Driver) {
+    let w = harness::api(backend).await;
+    let (_, j) = w.post("/api/v1/jobs", json!({"kind": "test.fail"})).await;
+    let failed = j["id"].as_i64().unwrap();
+    w.wait_job(failed, |j| j["state"] == "discarded").await;
+    let c = browser(d).await;
+    let tag = format!("{backend:?}").to_lowercase();
+    // Log in: a wrong token is refused, the right one lets in.
+    c.goto(&format!("{}/", w.base)).await.unwrap();
+    assert!(c.current_url().await.unwrap().path().ends_with("/login"));
+    shoot(&c, &format!("{tag}-login")).await;
+    c.find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys("wrong")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "p.error", "not accepted").await;
+    c.find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys(&w.token)
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "h1", "Overview").await;
+    shoot(&c, &format!("{tag}-overview")).await;
+    // Find the discarded job through the filters, open it, retry it.
+    c.goto(&format!("{}/jobs", w.base)).await.unwrap();
+    c.find(Locator::Css("input[name=state]"))
+        .await
+        .unwrap()
+        .send_keys("discarded")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.filters button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "table.jobs", "test.fail").await;
+    shoot(&c, &format!("{tag}-jobs")).await;
+    c.find(Locator::LinkText(&failed.to_string()))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "h1", &format!("Job {failed}")).await;
+    shoot(&c, &format!("{tag}-job")).await;
+    for page in ["alerts", "periodic", "kinds"] {
+        c.goto(&format!("{}/{page}", w.base)).await.unwrap();
+        c.find(Locator::Css("h1")).await.unwrap();
+        shoot(&c, &format!("{tag}-{page}")).await;
+    }
+    // Log out: pages are refused again.
+    c.goto(&format!("{}/", w.base)).await.unwrap();
+    c.find(Locator::Css("form.logout button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "h1", "Log in").await;
+    c.goto(&format!("{}/jobs", w.base)).await.unwrap();
+    assert!(
+        c.current_url().await.unwrap().path().ends_with("/login"),
+        "logged out: refused"
+    );
+    c.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panel_in_a_real_browser() {
+    let d = driver().await;
+    scenario(Backend::Sqlite, &d).await;
+    scenario(Backend::Postgres, &d).await;
+}
