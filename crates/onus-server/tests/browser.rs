@@ -110,6 +110,29 @@ async fn wait_text(c: &Client, css: &str, text: &str) {
     }
 }
 
+/// Reloads `url` until its page shows `text` (the panel's own refresh does the same).
+async fn wait_page(c: &Client, url: &str, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        c.goto(url).await.unwrap();
+        let body = c
+            .find(Locator::Css("main"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap_or_default();
+        if body.contains(text) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url} never showed {text:?}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn scenario(backend: Backend, d: &Driver) {
     let w = harness::api(backend).await;
     let (_, j) = w.post("/api/v1/jobs", json!({"kind": "test.fail"})).await;
@@ -172,7 +195,99 @@ async fn scenario(backend: Backend, d: &Driver) {
         .unwrap();
     wait_text(&c, "h1", &format!("Job {failed}")).await;
     shoot(&c, &format!("{tag}-job")).await;
-    for page in ["alerts", "periodic", "kinds"] {
+    // Retry it with one click: it runs again (and fails again: it always does).
+    c.find(Locator::Css("div.actions button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_page(&c, &format!("{}/jobs/{failed}", w.base), "2 of 2").await;
+    // Bulk-cancel a filter that matches 250 jobs across several pages: all 250.
+    let batch: Vec<_> = (0..250)
+        .map(|i| json!({"kind": "report.build", "args": {"i": i}, "tags": ["bulk"]}))
+        .collect();
+    w.post("/api/v1/jobs/batch", json!({"jobs": batch})).await;
+    c.goto(&format!("{}/jobs?tag=bulk&limit=50", w.base))
+        .await
+        .unwrap();
+    wait_text(&c, "a.next", "Next page").await;
+    c.find(Locator::Css("form.bulk button[value=cancel]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "main p", "250 jobs match; 250 can be cancelled").await;
+    shoot(&c, &format!("{tag}-bulk-confirm")).await;
+    c.find(Locator::Css("button.danger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "main p", "250 of 250").await;
+    let (_, q) = w
+        .get("/api/v1/jobs?tag=bulk&state=cancelled&limit=1000")
+        .await;
+    assert_eq!(q["jobs"].as_array().unwrap().len(), 250);
+    // An endpoint whose deliveries fail into discarded, fixed, redelivered.
+    let fixed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = fixed.clone();
+    let sink = onus_testkit::sink::HttpSink::start(move |_, _| {
+        if f.load(std::sync::atomic::Ordering::SeqCst) {
+            onus_testkit::sink::Reply::status(200)
+        } else {
+            onus_testkit::sink::Reply::status(400)
+        }
+    })
+    .await;
+    c.goto(&format!("{}/endpoints", w.base)).await.unwrap();
+    c.find(Locator::Css("input[name=url]"))
+        .await
+        .unwrap()
+        .send_keys(&sink.url("/hook"))
+        .await
+        .unwrap();
+    c.find(Locator::Css("form#add-endpoint button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "pre.secret", "whsec_").await;
+    shoot(&c, &format!("{tag}-secret")).await;
+    w.post(
+        "/api/v1/events",
+        json!({"type": "t", "payload": {}, "id": "browser-1"}),
+    )
+    .await;
+    w.wait_get("/api/v1/events/browser-1/deliveries", |v| {
+        v["deliveries"][0]["state"] == "discarded"
+    })
+    .await;
+    fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    c.find(Locator::Css("main a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "div.actions", "Redeliver 1 discarded").await;
+    shoot(&c, &format!("{tag}-endpoint")).await;
+    c.find(Locator::XPath("//button[starts-with(., 'Redeliver')]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    w.wait_get("/api/v1/events/browser-1/deliveries", |v| {
+        v["deliveries"][0]["state"] == "completed"
+    })
+    .await;
+    wait_page(&c, &format!("{}/events/browser-1", w.base), "completed").await;
+    shoot(&c, &format!("{tag}-event")).await;
+    for page in ["alerts", "periodic", "kinds", "events"] {
         c.goto(&format!("{}/{page}", w.base)).await.unwrap();
         c.find(Locator::Css("h1")).await.unwrap();
         shoot(&c, &format!("{tag}-{page}")).await;

@@ -2,6 +2,7 @@
 //! login form and a session cookie, every form carrying the session's CSRF token. Every asset is
 //! served from the binary; pages work without JavaScript.
 
+pub mod hooks;
 pub mod pages;
 pub mod session;
 
@@ -53,7 +54,7 @@ impl Panel {
         format!("{}{path}", self.base)
     }
 
-    fn redirect(&self, path: &str) -> Response {
+    pub(crate) fn redirect(&self, path: &str) -> Response {
         let mut r = StatusCode::SEE_OTHER.into_response();
         if let Ok(v) = HeaderValue::from_str(&self.href(path)) {
             r.headers_mut().insert(LOCATION, v);
@@ -287,6 +288,12 @@ pub fn router(panel: Panel) -> Router {
         .route("/alerts/ack", post(pages::alerts_ack))
         .route("/periodic", get(pages::periodic))
         .route("/kinds", get(pages::kinds))
+        .route("/endpoints", get(hooks::endpoints).post(hooks::create))
+        .route("/endpoints/{id}", get(hooks::endpoint))
+        .route("/endpoints/{id}/action", post(hooks::endpoint_action))
+        .route("/endpoints/{id}/edit", post(hooks::endpoint_edit))
+        .route("/events", get(hooks::events))
+        .route("/events/{id}", get(hooks::event))
         .route("/assets/panel.css", get(css))
         .route("/assets/panel.js", get(js))
         .layer(axum::middleware::from_fn(headers))

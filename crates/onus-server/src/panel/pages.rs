@@ -12,7 +12,7 @@ use crate::api::jobs::{self, Bulk, BulkBody, ListParams};
 use crate::api::{queues, ApiError};
 
 /// The frame of every page: navigation, the open-alert badge, the content.
-fn layout(
+pub(crate) fn layout(
     panel: &Panel,
     s: Option<&Session>,
     title: &str,
@@ -39,6 +39,8 @@ fn layout(
                                 "Alerts "
                                 @if open_alerts > 0 { span class="badge" title="open alerts" { (open_alerts) } }
                             }
+                            a href=(panel.href("/endpoints")) { "Endpoints" }
+                            a href=(panel.href("/events")) { "Events" }
                             a href=(panel.href("/periodic")) { "Periodic" }
                             a href=(panel.href("/kinds")) { "Kinds" }
                         }
@@ -55,7 +57,7 @@ fn layout(
     }
 }
 
-fn err_page(panel: &Panel, s: &Session, e: ApiError) -> Response {
+pub(crate) fn err_page(panel: &Panel, s: &Session, e: ApiError) -> Response {
     let status = e.status;
     let body = html! { p class="error" role="alert" { (e.message) } };
     (

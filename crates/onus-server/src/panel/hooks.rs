@@ -1,0 +1,383 @@
+//! The panel's webhook pages: endpoints by tenant with their health and recent attempts, their
+//! actions (add, edit, delete, rotate the secret, enable, disable, test, redeliver), events, and
+//! an event's deliveries.
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::Form;
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::pages::{err_page, layout};
+use super::{check_csrf, Authed, Panel};
+use crate::api::ApiError;
+
+fn ts(t: Option<onus::Timestamp>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+fn health(e: &onus_webhooks::Endpoint) -> Markup {
+    html! {
+        @if !e.enabled {
+            span class="state discarded" { "disabled" }
+            @if let Some(r) = &e.disabled_reason { ": " (r) }
+            @if let Some(t) = e.disabled_at { " (" (ts(Some(t))) ")" }
+        } @else if let Some(t) = e.failing_since {
+            span class="state retryable" { "failing since " (ts(Some(t))) }
+        } @else {
+            span class="state completed" { "healthy" }
+        }
+    }
+}
+
+/// The filter of the endpoints page.
+#[derive(Debug, Default, Deserialize)]
+pub struct TenantParams {
+    tenant: Option<String>,
+}
+
+/// Endpoints, of one tenant when given, with their health; a form to add one.
+pub async fn endpoints(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Query(p): Query<TenantParams>,
+) -> Response {
+    let tenant = p.tenant.filter(|t| !t.is_empty());
+    let list = match panel.app.webhooks.endpoints_of(tenant.as_deref()).await {
+        Ok(l) => l,
+        Err(e) => return err_page(&panel, &s, e.into()),
+    };
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let body = html! {
+        form method="get" action=(panel.href("/endpoints")) class="filters" {
+            label { "Tenant " input name="tenant" value=(tenant.clone().unwrap_or_default()); }
+            button type="submit" { "Show" }
+        }
+        table {
+            thead { tr { th { "Endpoint" } th { "Tenant" } th { "URL" } th { "Health" } } }
+            tbody {
+                @for e in &list {
+                    tr {
+                        td { a href=(panel.href(&format!("/endpoints/{}", e.id))) { (e.id) } }
+                        td { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
+                        td { code { (e.url) } }
+                        td { (health(e)) }
+                    }
+                }
+            }
+        }
+        @if list.is_empty() { p { "No endpoint." } }
+        h2 { "Add an endpoint" }
+        form method="post" action=(panel.href("/endpoints")) class="filters" id="add-endpoint" {
+            input type="hidden" name="csrf" value=(s.csrf);
+            label { "URL " input name="url" required placeholder="https://example.com/webhooks"; }
+            label { "Tenant " input name="tenant" value=(tenant.unwrap_or_default()); }
+            label { "Event types " input name="event_types" placeholder="invoice.paid,invoice.void"; }
+            label { "Description " input name="description"; }
+            button type="submit" { "Add" }
+        }
+    };
+    layout(&panel, Some(&s), "Webhook endpoints", open, body).into_response()
+}
+
+/// The add-an-endpoint form.
+#[derive(Debug, Deserialize)]
+pub struct NewEndpointForm {
+    csrf: Option<String>,
+    url: String,
+    tenant: Option<String>,
+    event_types: Option<String>,
+    description: Option<String>,
+}
+
+fn list(v: &Option<String>) -> Vec<String> {
+    v.as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Adds an endpoint and shows its secret, once.
+pub async fn create(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Form(f): Form<NewEndpointForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let new = onus_webhooks::NewEndpoint {
+        url: f.url.trim().to_string(),
+        tenant: f.tenant.filter(|t| !t.trim().is_empty()),
+        event_types: list(&f.event_types),
+        description: f.description.unwrap_or_default(),
+        ..Default::default()
+    };
+    match panel.app.webhooks.create_endpoint(new).await {
+        Ok((e, secret)) => secret_page(&panel, &s, &e.id, &secret).await,
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}
+
+async fn secret_page(panel: &Panel, s: &super::Session, id: &str, secret: &str) -> Response {
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let body = html! {
+        p { "The signing secret of " a href=(panel.href(&format!("/endpoints/{id}"))) { (id) } ", shown this once:" }
+        pre class="secret" { (secret) }
+        p class="hint" { "Give it to the endpoint's owner to verify deliveries (Standard Webhooks)." }
+    };
+    layout(panel, Some(s), "Signing secret", open, body).into_response()
+}
+
+/// An endpoint: health, recent attempts, its actions.
+pub async fn endpoint(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+) -> Response {
+    let found = async {
+        let e = panel.app.webhooks.endpoint(&id).await?;
+        let attempts = panel.app.webhooks.endpoint_attempts(&id, 50, None).await?;
+        Ok::<_, onus_webhooks::Error>((e, attempts))
+    }
+    .await;
+    let (e, attempts) = match found {
+        Ok(v) => v,
+        Err(err) => return err_page(&panel, &s, err.into()),
+    };
+    let discarded = panel
+        .app
+        .client
+        .count(&onus::JobFilter {
+            kinds: vec![onus_webhooks::DELIVER.into()],
+            states: vec![onus::JobState::Discarded],
+            lease_keys: vec![onus_webhooks::lease_key(&e.id)],
+            ..Default::default()
+        })
+        .await
+        .unwrap_or(0);
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let action = |name: &str, label: String| {
+        html! {
+            form method="post" action=(panel.href(&format!("/endpoints/{}/action", e.id))) {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="action" value=(name);
+                button type="submit" class=(if name == "delete" { "danger" } else { "" }) { (label) }
+            }
+        }
+    };
+    let body = html! {
+        dl class="facts" {
+            dt { "URL" } dd { code { (e.url) } }
+            dt { "Tenant" } dd { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
+            dt { "Event types" } dd { @if e.event_types.is_empty() { "every type" } @else { (e.event_types.join(", ")) } }
+            dt { "Health" } dd { (health(&e)) }
+            dt { "Last failure" } dd { (ts(e.last_failure_at)) }
+        }
+        div class="actions" {
+            @if e.enabled { (action("disable", "Disable".into())) (action("test", "Send a test event".into())) }
+            @else { (action("enable", "Enable".into())) }
+            (action("redeliver", format!("Redeliver {discarded} discarded")))
+            (action("rotate", "Rotate the secret".into()))
+            (action("delete", "Delete".into()))
+        }
+        h2 { "Edit" }
+        form method="post" action=(panel.href(&format!("/endpoints/{}/edit", e.id))) class="filters" {
+            input type="hidden" name="csrf" value=(s.csrf);
+            label { "URL " input name="url" value=(e.url) required; }
+            label { "Event types " input name="event_types" value=(e.event_types.join(",")); }
+            label { "Description " input name="description" value=(e.description); }
+            button type="submit" { "Save" }
+        }
+        h2 { "Recent attempts" }
+        @if attempts.is_empty() { p { "No attempt yet." } }
+        @else {
+            table {
+                thead { tr { th { "When" } th { "Event" } th { "Status" } th { "Duration" } th { "Outcome" } th { "Error or answer" } } }
+                tbody { @for a in &attempts { tr {
+                    td { (ts(Some(a.attempted_at))) }
+                    td { a href=(panel.href(&format!("/events/{}", a.event_id))) { (a.event_id) } }
+                    td { (a.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into())) }
+                    td { (format!("{:.1} ms", a.duration_ms)) }
+                    td { (a.outcome.as_str()) }
+                    td { (a.error.clone().unwrap_or_else(|| a.response_excerpt.chars().take(80).collect())) }
+                } } }
+            }
+        }
+    };
+    layout(&panel, Some(&s), &format!("Endpoint {}", e.id), open, body).into_response()
+}
+
+/// An endpoint action.
+#[derive(Debug, Deserialize)]
+pub struct EndpointAction {
+    csrf: Option<String>,
+    action: String,
+}
+
+/// Enable, disable, test, redeliver, rotate the secret, or delete.
+pub async fn endpoint_action(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+    Form(f): Form<EndpointAction>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let h = &panel.app.webhooks;
+    let back = format!("/endpoints/{id}");
+    let done = match f.action.as_str() {
+        "enable" => h.enable(&id).await.map(|_| ()),
+        "disable" => h.disable(&id, "disabled by request").await,
+        "test" => h.send_test(&id).await.map(|_| ()),
+        "redeliver" => h.redeliver(&id).await.map(|_| ()),
+        "rotate" => {
+            return match h.rotate_secret(&id, None).await {
+                Ok(secret) => secret_page(&panel, &s, &id, &secret).await,
+                Err(e) => err_page(&panel, &s, e.into()),
+            }
+        }
+        "delete" => {
+            return match h.delete_endpoint(&id).await {
+                Ok(()) => panel.redirect("/endpoints"),
+                Err(e) => err_page(&panel, &s, e.into()),
+            }
+        }
+        other => return err_page(&panel, &s, ApiError::invalid(format!("action: {other:?}"))),
+    };
+    match done {
+        Ok(()) => panel.redirect(&back),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}
+
+/// The edit form.
+#[derive(Debug, Deserialize)]
+pub struct EditForm {
+    csrf: Option<String>,
+    url: String,
+    event_types: Option<String>,
+    description: Option<String>,
+}
+
+/// Saves an endpoint's URL, event types and description.
+pub async fn endpoint_edit(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+    Form(f): Form<EditForm>,
+) -> Response {
+    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
+        return r.into_response();
+    }
+    let up = onus_webhooks::EndpointUpdate {
+        url: Some(f.url.trim().to_string()),
+        event_types: Some(list(&f.event_types)),
+        description: f.description,
+        headers: None,
+    };
+    match panel.app.webhooks.update_endpoint(&id, up).await {
+        Ok(_) => panel.redirect(&format!("/endpoints/{id}")),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}
+
+/// The filter of the events page.
+#[derive(Debug, Default, Deserialize)]
+pub struct EventFilter {
+    tenant: Option<String>,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+}
+
+/// Events, newest first, with filters.
+pub async fn events(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Query(p): Query<EventFilter>,
+) -> Response {
+    let tenant = p.tenant.filter(|t| !t.is_empty());
+    let ty = p.event_type.filter(|t| !t.is_empty());
+    let list = match panel
+        .app
+        .webhooks
+        .events(tenant.as_deref(), ty.as_deref(), 100, None)
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => return err_page(&panel, &s, e.into()),
+    };
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let body = html! {
+        form method="get" action=(panel.href("/events")) class="filters" {
+            label { "Tenant " input name="tenant" value=(tenant.unwrap_or_default()); }
+            label { "Type " input name="type" value=(ty.unwrap_or_default()); }
+            button type="submit" { "Filter" }
+        }
+        table {
+            thead { tr { th { "Event" } th { "Type" } th { "Tenant" } th { "Published" } } }
+            tbody { @for e in &list { tr {
+                td { a href=(panel.href(&format!("/events/{}", e.id))) { (e.id) } }
+                td { (e.event_type) } td { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
+                td { (ts(Some(e.created_at))) }
+            } } }
+        }
+        @if list.is_empty() { p { "No event." } }
+    };
+    layout(&panel, Some(&s), "Events", open, body).into_response()
+}
+
+/// An event: its payload and its deliveries with their attempts.
+pub async fn event(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+) -> Response {
+    let found = async {
+        let e = panel.app.webhooks.event(&id).await?;
+        let d = panel.app.webhooks.deliveries(&id).await?;
+        Ok::<_, onus_webhooks::Error>((e, d))
+    }
+    .await;
+    let (e, deliveries) = match found {
+        Ok(v) => v,
+        Err(err) => return err_page(&panel, &s, err.into()),
+    };
+    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let body = html! {
+        dl class="facts" {
+            dt { "Type" } dd { (e.event_type) }
+            dt { "Tenant" } dd { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
+            dt { "Published" } dd { (ts(Some(e.created_at))) }
+        }
+        h2 { "Payload" }
+        pre class="args" { (serde_json::to_string_pretty(&e.payload).unwrap_or_default()) }
+        h2 { "Deliveries" }
+        @if deliveries.is_empty() { p { "No delivery (yet)." } }
+        @for d in &deliveries {
+            section {
+                h3 {
+                    a href=(panel.href(&format!("/endpoints/{}", d.endpoint_id))) { (d.endpoint_id) }
+                    " · "
+                    @if let Some(j) = d.job_id { a href=(panel.href(&format!("/jobs/{j}"))) { "job " (j) } " · " }
+                    (d.state.map(|s| s.as_str()).unwrap_or("-"))
+                }
+                table {
+                    thead { tr { th { "When" } th { "Attempt" } th { "Status" } th { "Duration" } th { "Outcome" } th { "Error or answer" } } }
+                    tbody { @for a in &d.attempts { tr {
+                        td { (ts(Some(a.attempted_at))) } td { (a.attempt) }
+                        td { (a.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into())) }
+                        td { (format!("{:.1} ms", a.duration_ms)) } td { (a.outcome.as_str()) }
+                        td { (a.error.clone().unwrap_or_else(|| a.response_excerpt.chars().take(80).collect())) }
+                    } } }
+                }
+            }
+        }
+    };
+    layout(&panel, Some(&s), &format!("Event {}", e.id), open, body).into_response()
+}
