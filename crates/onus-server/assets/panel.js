@@ -1,5 +1,10 @@
-// The panel's only script: an optional refresh, remembered in this browser. Every page works
-// without it.
+// The panel's only script: an optional refresh, remembered in this browser, and a confirmation
+// before a form marked data-confirm is sent. Every page works without it.
+document.addEventListener("submit", function (e) {
+  var button = e.submitter;
+  var ask = (button && button.getAttribute("data-confirm")) || e.target.getAttribute("data-confirm");
+  if (ask && !window.confirm(ask)) e.preventDefault();
+});
 (function () {
   var box = document.getElementById("auto-refresh");
   if (!box) return;

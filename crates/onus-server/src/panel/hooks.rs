@@ -166,7 +166,11 @@ pub async fn endpoint(
             form method="post" action=(panel.href(&format!("/endpoints/{}/action", e.id))) {
                 input type="hidden" name="csrf" value=(s.csrf);
                 input type="hidden" name="action" value=(name);
-                button type="submit" class=(if name == "delete" { "danger" } else { "" }) { (label) }
+                @if name == "delete" {
+                    button type="submit" class="danger" data-confirm="Delete this endpoint? Its pending deliveries are discarded." { (label) }
+                } @else {
+                    button type="submit" { (label) }
+                }
             }
         }
     };
