@@ -110,6 +110,16 @@ async fn wait_text(c: &Client, css: &str, text: &str) {
     }
 }
 
+/// Clicks the element `at` finds.
+async fn click(c: &Client, at: Locator<'_>) {
+    c.find(at).await.unwrap().click().await.unwrap();
+}
+
+/// Types `text` into the element `at` finds.
+async fn type_into(c: &Client, at: Locator<'_>, text: &str) {
+    c.find(at).await.unwrap().send_keys(text).await.unwrap();
+}
+
 /// Reloads `url` until its page shows `text` (the panel's own refresh does the same).
 async fn wait_page(c: &Client, url: &str, text: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -144,64 +154,24 @@ async fn scenario(backend: Backend, d: &Driver) {
     c.goto(&format!("{}/", w.base)).await.unwrap();
     assert!(c.current_url().await.unwrap().path().ends_with("/login"));
     shoot(&c, &format!("{tag}-login")).await;
-    c.find(Locator::Id("token"))
-        .await
-        .unwrap()
-        .send_keys("wrong")
-        .await
-        .unwrap();
-    c.find(Locator::Css("form.login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_into(&c, Locator::Id("token"), "wrong").await;
+    click(&c, Locator::Css("form.login button")).await;
     wait_text(&c, "p.error", "not accepted").await;
-    c.find(Locator::Id("token"))
-        .await
-        .unwrap()
-        .send_keys(&w.token)
-        .await
-        .unwrap();
-    c.find(Locator::Css("form.login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_into(&c, Locator::Id("token"), &w.token).await;
+    click(&c, Locator::Css("form.login button")).await;
     wait_text(&c, "h1", "Overview").await;
     shoot(&c, &format!("{tag}-overview")).await;
     // Find the discarded job through the filters, open it, retry it.
     c.goto(&format!("{}/jobs", w.base)).await.unwrap();
-    c.find(Locator::Css("input[name=state]"))
-        .await
-        .unwrap()
-        .send_keys("discarded")
-        .await
-        .unwrap();
-    c.find(Locator::Css("form.filters button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_into(&c, Locator::Css("input[name=state]"), "discarded").await;
+    click(&c, Locator::Css("form.filters button")).await;
     wait_text(&c, "table.jobs", "test.fail").await;
     shoot(&c, &format!("{tag}-jobs")).await;
-    c.find(Locator::LinkText(&failed.to_string()))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::LinkText(&failed.to_string())).await;
     wait_text(&c, "h1", &format!("Job {failed}")).await;
     shoot(&c, &format!("{tag}-job")).await;
     // Retry it with one click: it runs again (and fails again: it always does).
-    c.find(Locator::Css("div.actions button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("div.actions button")).await;
     wait_page(&c, &format!("{}/jobs/{failed}", w.base), "2 of 2").await;
     // Bulk-cancel a filter that matches 250 jobs across several pages: all 250.
     let batch: Vec<_> = (0..250)
@@ -212,20 +182,10 @@ async fn scenario(backend: Backend, d: &Driver) {
         .await
         .unwrap();
     wait_text(&c, "a.next", "Next page").await;
-    c.find(Locator::Css("form.bulk button[value=cancel]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("form.bulk button[value=cancel]")).await;
     wait_text(&c, "main p", "250 jobs match; 250 can be cancelled").await;
     shoot(&c, &format!("{tag}-bulk-confirm")).await;
-    c.find(Locator::Css("button.danger"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("button.danger")).await;
     wait_text(&c, "main p", "250 of 250").await;
     let (_, q) = w
         .get("/api/v1/jobs?tag=bulk&state=cancelled&limit=1000")
@@ -243,18 +203,8 @@ async fn scenario(backend: Backend, d: &Driver) {
     })
     .await;
     c.goto(&format!("{}/endpoints", w.base)).await.unwrap();
-    c.find(Locator::Css("input[name=url]"))
-        .await
-        .unwrap()
-        .send_keys(&sink.url("/hook"))
-        .await
-        .unwrap();
-    c.find(Locator::Css("form#add-endpoint button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_into(&c, Locator::Css("input[name=url]"), &sink.url("/hook")).await;
+    click(&c, Locator::Css("form#add-endpoint button")).await;
     wait_text(&c, "pre.secret", "whsec_").await;
     shoot(&c, &format!("{tag}-secret")).await;
     w.post(
@@ -267,20 +217,10 @@ async fn scenario(backend: Backend, d: &Driver) {
     })
     .await;
     fixed.store(true, std::sync::atomic::Ordering::SeqCst);
-    c.find(Locator::Css("main a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("main a")).await;
     wait_text(&c, "div.actions", "Redeliver 1 discarded").await;
     shoot(&c, &format!("{tag}-endpoint")).await;
-    c.find(Locator::XPath("//button[starts-with(., 'Redeliver')]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::XPath("//button[starts-with(., 'Redeliver')]")).await;
     w.wait_get("/api/v1/events/browser-1/deliveries", |v| {
         v["deliveries"][0]["state"] == "completed"
     })
@@ -294,12 +234,7 @@ async fn scenario(backend: Backend, d: &Driver) {
     }
     // Log out: pages are refused again.
     c.goto(&format!("{}/", w.base)).await.unwrap();
-    c.find(Locator::Css("form.logout button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("form.logout button")).await;
     wait_text(&c, "h1", "Log in").await;
     c.goto(&format!("{}/jobs", w.base)).await.unwrap();
     assert!(

@@ -8,6 +8,20 @@ use onus_server::serve::{self, Parts, Server};
 use onus_testkit::{Backend, TestDb};
 use serde_json::{json, Value};
 
+/// Whether a request the sink received carries a Standard Webhooks signature under `secret`,
+/// checked by the reference implementation as a receiving service would.
+pub fn verifies(secret: &str, r: &onus_testkit::sink::Received) -> bool {
+    let hook = standardwebhooks::Webhook::new(secret).unwrap();
+    let mut h = axum::http::HeaderMap::new();
+    for (k, v) in &r.headers {
+        h.insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    hook.verify(&r.body, &h).is_ok()
+}
+
 /// The configuration every API test runs under: a pull kind with a policy override, a queue.
 pub const CONFIG: &str = r#"
 [queues]

@@ -4,19 +4,7 @@
 use onus_testkit::sink::{HttpSink, Received, Reply};
 use serde_json::json;
 
-use crate::harness::{World, CONFIG};
-
-fn verifies(secret: &str, r: &Received) -> bool {
-    let hook = standardwebhooks::Webhook::new(secret).unwrap();
-    let mut h = axum::http::HeaderMap::new();
-    for (k, v) in &r.headers {
-        h.insert(
-            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            v.parse().unwrap(),
-        );
-    }
-    hook.verify(&r.body, &h).is_ok()
-}
+use crate::harness::{verifies, World, CONFIG};
 
 async fn stored(w: &World, id: &str) -> Vec<String> {
     w.parts.webhooks.endpoint(id).await.unwrap().secrets
