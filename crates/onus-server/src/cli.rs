@@ -256,6 +256,21 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// The runtime the configuration describes, on a database whose migrations are all applied (a
+/// command that writes refuses a database that needs `onus migrate` first).
+async fn migrated_runtime(file: &FileConfig, url: &str) -> Result<crate::serve::Parts, String> {
+    let store = onus::open_with(url, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    let parts = crate::serve::runtime(store, file)?;
+    parts
+        .onus
+        .check_migrations()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(parts)
+}
+
 /// `onus keys rotate-encryption`.
 async fn rotate_encryption(
     file: &FileConfig,
@@ -271,22 +286,19 @@ async fn rotate_encryption(
     };
     let new =
         onus_webhooks::crypto::Key::from_base64(&text).map_err(|e| format!("the new key: {e}"))?;
-    let store = onus::open_with(url, false)
-        .await
-        .map_err(|e| e.to_string())?;
-    let parts = crate::serve::runtime(store, file)?;
-    parts
-        .onus
-        .check_migrations()
-        .await
-        .map_err(|e| e.to_string())?;
+    let parts = migrated_runtime(file, url).await?;
     let n = parts
         .webhooks
         .reencrypt(&new)
         .await
         .map_err(|e| e.to_string())?;
+    let m = parts
+        .secrets
+        .reencrypt(&new)
+        .await
+        .map_err(|e| e.to_string())?;
     println!(
-        "re-encrypted the secrets of {n} endpoint(s) under the new key; configure it now (ONUS_ENCRYPTION_KEY or encryption_key_file) and restart every server"
+        "re-encrypted the secrets of {n} endpoint(s) and {m} server secret(s) under the new key; configure it now (ONUS_ENCRYPTION_KEY or encryption_key_file) and restart every server"
     );
     Ok(())
 }
@@ -305,15 +317,7 @@ async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), St
             ),
         };
     }
-    let store = onus::open_with(url, false)
-        .await
-        .map_err(|e| e.to_string())?;
-    let parts = crate::serve::runtime(store, file)?;
-    parts
-        .onus
-        .check_migrations()
-        .await
-        .map_err(|e| e.to_string())?;
+    let parts = migrated_runtime(file, url).await?;
     let now = chrono::Utc::now();
     match cmd {
         TokenCommand::Show => {
