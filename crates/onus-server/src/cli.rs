@@ -287,16 +287,7 @@ async fn rotate_encryption(
     let new =
         onus_webhooks::crypto::Key::from_base64(&text).map_err(|e| format!("the new key: {e}"))?;
     let parts = migrated_runtime(file, url).await?;
-    let n = parts
-        .webhooks
-        .reencrypt(&new)
-        .await
-        .map_err(|e| e.to_string())?;
-    let m = parts
-        .secrets
-        .reencrypt(&new)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (n, m) = parts.reencrypt(&new).await?;
     println!(
         "re-encrypted the secrets of {n} endpoint(s) and {m} server secret(s) under the new key; configure it now (ONUS_ENCRYPTION_KEY or encryption_key_file) and restart every server"
     );

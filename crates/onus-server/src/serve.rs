@@ -152,6 +152,25 @@ pub fn runtime_with(
 }
 
 impl Parts {
+    /// Re-encrypts every secret kept at rest (the webhook endpoints', the server's own) under
+    /// `new`; returns how many of each. Then configure `new` and restart every server.
+    pub async fn reencrypt(
+        &self,
+        new: &onus_webhooks::crypto::Key,
+    ) -> Result<(usize, usize), String> {
+        let endpoints = self
+            .webhooks
+            .reencrypt(new)
+            .await
+            .map_err(|e| e.to_string())?;
+        let server = self
+            .secrets
+            .reencrypt(new)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((endpoints, server))
+    }
+
     /// The tasks panel's state, on the API's.
     pub fn panel(&self, app: App) -> crate::panel::Panel {
         crate::panel::Panel(Arc::new(crate::panel::PanelInner {
@@ -337,6 +356,17 @@ pub async fn prepare_with(
         tracing::info!(
             endpoints = sealed,
             "encrypted the stored webhook secrets under the configured key"
+        );
+    }
+    let sealed = parts
+        .secrets
+        .seal_stored()
+        .await
+        .map_err(|e| format!("the server's secrets: {e}"))?;
+    if sealed > 0 {
+        tracing::info!(
+            secrets = sealed,
+            "encrypted the server's stored secrets under the configured key"
         );
     }
     let auth = auth(&parts, configured_token(file)).await?;

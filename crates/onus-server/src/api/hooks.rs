@@ -355,12 +355,12 @@ pub async fn events(
     let limit = super::page_size(&p.limit, 50, MAX_PAGE)?;
     let cursor = match &p.cursor {
         None => None,
-        Some(c) => Some(
-            app.webhooks
-                .event(c)
-                .await
-                .map_err(|_| super::bad_cursor(c))?,
-        ),
+        Some(c) => Some(app.webhooks.event(c).await.map_err(|e| match e {
+            // Only an event that is not there makes a bad cursor; a database that
+            // cannot answer stays a 503.
+            onus_webhooks::Error::NotFound(_) => super::bad_cursor(c),
+            e => e.into(),
+        })?),
     };
     let rows = app
         .webhooks

@@ -99,7 +99,7 @@ pub async fn secrets_are_re_encrypted_under_a_new_key(w: World) {
         .await;
     let secret = e["secret"].as_str().unwrap().to_string();
     let key = onus_webhooks::crypto::Key::from_base64(&new).unwrap();
-    assert_eq!(w.parts.webhooks.reencrypt(&key).await.unwrap(), 1);
+    assert_eq!(w.parts.reencrypt(&key).await.unwrap().0, 1);
     let w = w.restart(&with(&new_file)).await.unwrap();
     assert!(verifies(&secret, &delivered(&w, &sink, "after").await));
 }
