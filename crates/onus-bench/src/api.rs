@@ -19,17 +19,28 @@ use serde_json::{json, Value};
 
 const CONFIG: &str = "[queues]\ndefault = 10\n[kinds.\"bench.pull\"]\nqueue = \"pulled\"\n";
 
-struct Server {
-    base: String,
-    token: String,
-    http: reqwest::Client,
+/// A real `onus serve` in this process on a loopback listener, and a client with its token.
+pub(crate) struct Server {
+    pub base: String,
+    pub token: String,
+    pub http: reqwest::Client,
+    pub parts: onus_server::serve::Parts,
     _server: onus_server::serve::Server,
 }
 
 impl Server {
     async fn start(url: &str) -> Result<Server, String> {
-        let file = onus_server::config::parse(CONFIG).map_err(|e| e.to_string())?;
-        let (parts, app) = onus_server::serve::prepare(&file, url, true).await?;
+        Server::start_with(url, CONFIG, |b| b).await
+    }
+
+    /// A server on `url` under `config`, with more set on the runtime's builder.
+    pub async fn start_with(
+        url: &str,
+        config: &str,
+        more: impl FnOnce(onus::Builder) -> onus::Builder,
+    ) -> Result<Server, String> {
+        let file = onus_server::config::parse(config).map_err(|e| e.to_string())?;
+        let (parts, app) = onus_server::serve::prepare_with(&file, url, true, more).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| e.to_string())?;
@@ -46,6 +57,7 @@ impl Server {
             base: format!("http://{}", server.addr),
             token,
             http: reqwest::Client::new(),
+            parts,
             _server: server,
         })
     }
@@ -170,7 +182,7 @@ fn opts() -> Result<Opts, String> {
     Ok(o)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }

@@ -14,10 +14,12 @@
 //!
 //! `onus-bench suite` runs every mode on SQLite and on a throwaway PostgreSQL (durable settings)
 //! several times in one run and prints medians and ratios; `onus-bench api` runs the HTTP API's
-//! workloads (inserts through `POST /jobs` and `POST /jobs/batch`, pull workers) the same way.
+//! workloads (inserts through `POST /jobs` and `POST /jobs/batch`, pull workers) the same way;
+//! `onus-bench panel` times the tasks panel's pages at 10k, 100k and 1M jobs on both backends.
 
 mod api;
 mod contract;
+mod panel;
 mod suite;
 mod worker;
 
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         Some("suite") => return suite::main(),
         Some("api") => return api::main(),
+        Some("panel") => return panel::main(),
         _ => {}
     }
     contract::main()

@@ -8,13 +8,35 @@ document.addEventListener("submit", function (e) {
 (function () {
   var box = document.getElementById("auto-refresh");
   if (!box) return;
+  box.parentElement.hidden = false;
   box.checked = localStorage.getItem("onus.refresh") === "on";
   box.addEventListener("change", function () {
     localStorage.setItem("onus.refresh", box.checked ? "on" : "off");
   });
-  setInterval(function () {
-    if (box.checked && !document.hidden && !document.activeElement.matches("input:not([type=checkbox])")) {
-      location.reload();
-    }
-  }, 5000);
+  var busy = false;
+  // Fetches this page again and swaps in its content and the alert badge, without a reload.
+  function refresh() {
+    if (busy || !box.checked || document.hidden) return;
+    var active = document.activeElement;
+    if (active && active.matches("input:not([type=checkbox]), select, textarea")) return;
+    busy = true;
+    fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (res) {
+        // An expired session answers with the login page: show it for real.
+        if (res.redirected || !res.ok) { location.reload(); return null; }
+        return res.text();
+      })
+      .then(function (text) {
+        if (text === null) return;
+        var next = new DOMParser().parseFromString(text, "text/html");
+        ["main", "nav[aria-label=Main]"].forEach(function (sel) {
+          var now = document.querySelector(sel), then = next.querySelector(sel);
+          if (now && then) now.replaceChildren.apply(now, Array.from(then.childNodes));
+        });
+        document.documentElement.setAttribute("data-refreshed", String(Date.now()));
+      })
+      .catch(function () {})
+      .finally(function () { busy = false; });
+  }
+  setInterval(refresh, 5000);
 })();

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use onus::{JobContext, JobError, Kind, Periodic, Policy, Schedule};
 use onus_testkit::Backend;
 use serde_json::json;
 
@@ -143,9 +144,38 @@ async fn wait_page(c: &Client, url: &str, text: &str) {
     }
 }
 
+/// A periodic job that fails every second (without an alert), for the periodic page.
+const SYNC: &str = "test.sync";
+
 async fn scenario(backend: Backend, d: &Driver) {
-    let w = harness::api(backend).await;
-    let (_, j) = w.post("/api/v1/jobs", json!({"kind": "test.fail"})).await;
+    let db = onus_testkit::TestDb::new(backend).await;
+    let url = db.url.clone();
+    let w = harness::api_plus(db, &url, backend, harness::CONFIG, |b| {
+        b.kind(
+            Kind::new(SYNC)
+                .policy(Policy {
+                    max_attempts: 1,
+                    ..Policy::preset_default()
+                })
+                .handler(|_ctx: JobContext| async {
+                    Err(JobError::retryable("upstream refused the sync"))
+                }),
+        )
+        .periodic(Periodic::new(
+            "flaky-sync",
+            Schedule::every(Duration::from_secs(1)).unwrap(),
+            onus::NewJob::new(SYNC, json!({})),
+        ))
+    })
+    .await
+    .unwrap();
+    // Fails its only attempt (raising an alert); a manual retry is its second and completes.
+    let (_, j) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "test.fail", "args": {"ok_from_attempt": 2}}),
+        )
+        .await;
     let failed = j["id"].as_i64().unwrap();
     w.wait_job(failed, |j| j["state"] == "discarded").await;
     let c = browser(d).await;
@@ -164,15 +194,51 @@ async fn scenario(backend: Backend, d: &Driver) {
     // Find the discarded job through the filters, open it, retry it.
     c.goto(&format!("{}/jobs", w.base)).await.unwrap();
     type_into(&c, Locator::Css("input[name=state]"), "discarded").await;
+    type_into(&c, Locator::Css("input[name=kind]"), "test.fail").await;
     click(&c, Locator::Css("form.filters button")).await;
     wait_text(&c, "table.jobs", "test.fail").await;
     shoot(&c, &format!("{tag}-jobs")).await;
     click(&c, Locator::LinkText(&failed.to_string())).await;
     wait_text(&c, "h1", &format!("Job {failed}")).await;
     shoot(&c, &format!("{tag}-job")).await;
-    // Retry it with one click: it runs again (and fails again: it always does).
+    // Retry it with one click: it runs again and completes.
     click(&c, Locator::Css("div.actions button")).await;
-    wait_page(&c, &format!("{}/jobs/{failed}", w.base), "2 of 2").await;
+    wait_page(&c, &format!("{}/jobs/{failed}", w.base), "completed").await;
+    shoot(&c, &format!("{tag}-job-completed")).await;
+    // Its exhaustion raised an alert: acknowledge it.
+    c.goto(&format!("{}/alerts", w.base)).await.unwrap();
+    wait_text(&c, "main form button", "Acknowledge all 1 open alerts").await;
+    shoot(&c, &format!("{tag}-alerts-open")).await;
+    click(&c, Locator::XPath("//td/form/button[. = 'Acknowledge']")).await;
+    wait_text(&c, "main", "No open alert").await;
+    let (_, alerts) = w.get("/api/v1/alerts").await;
+    assert_eq!(alerts["open"], 0, "{alerts}");
+    assert!(alerts["alerts"][0]["acked_at"].is_string(), "{alerts}");
+    // The periodic job's last failure, with its error.
+    wait_page(
+        &c,
+        &format!("{}/periodic", w.base),
+        "upstream refused the sync",
+    )
+    .await;
+    shoot(&c, &format!("{tag}-periodic")).await;
+    // The refresh toggle brings a new job into the list without reloading the page.
+    c.goto(&format!("{}/jobs?kind=report.build", w.base))
+        .await
+        .unwrap();
+    click(&c, Locator::Id("auto-refresh")).await;
+    c.execute("window.onusKept = 'yes'", vec![]).await.unwrap();
+    let (_, fresh) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "report.build", "args": {"fresh": true}}),
+        )
+        .await;
+    let fresh = fresh["id"].as_i64().unwrap();
+    wait_text(&c, "table.jobs", &fresh.to_string()).await;
+    let kept = c.execute("return window.onusKept", vec![]).await.unwrap();
+    assert_eq!(kept, json!("yes"), "the list changed without a reload");
+    click(&c, Locator::Id("auto-refresh")).await;
     // Bulk-cancel a filter that matches 250 jobs across several pages: all 250.
     let batch: Vec<_> = (0..250)
         .map(|i| json!({"kind": "report.build", "args": {"i": i}, "tags": ["bulk"]}))
@@ -227,7 +293,7 @@ async fn scenario(backend: Backend, d: &Driver) {
     .await;
     wait_page(&c, &format!("{}/events/browser-1", w.base), "completed").await;
     shoot(&c, &format!("{tag}-event")).await;
-    for page in ["alerts", "periodic", "kinds", "events"] {
+    for page in ["kinds", "events", "alerts"] {
         c.goto(&format!("{}/{page}", w.base)).await.unwrap();
         c.find(Locator::Css("h1")).await.unwrap();
         shoot(&c, &format!("{tag}-{page}")).await;

@@ -9,6 +9,8 @@ mod harness;
 
 #[path = "conformance/actions.rs"]
 mod actions;
+#[path = "conformance/counts.rs"]
+mod counts;
 #[path = "conformance/durability.rs"]
 mod durability;
 #[path = "conformance/faulty.rs"]
@@ -85,6 +87,9 @@ onus_testkit::both!(
                 cancel_from_another_process_reaches_the_handler,
                 many_workers_complete_each_job_exactly_once,
                 retention_prunes_finished_jobs,
+            ],
+            counts: [
+                counters_follow_every_change_folded_or_not,
             ],
             state_machine: [
                 state_machine_invariants,

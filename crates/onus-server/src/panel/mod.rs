@@ -2,6 +2,7 @@
 //! login form and a session cookie, every form carrying the session's CSRF token. Every asset is
 //! served from the binary; pages work without JavaScript.
 
+pub mod chart;
 pub mod hooks;
 pub mod pages;
 pub mod session;
@@ -72,8 +73,9 @@ impl Panel {
     }
 }
 
-/// Only Onus's own scripts and styles; no framing; forms post only here.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+/// Only Onus's own scripts and styles; the refresh fetches only from here; no framing; forms
+/// post only here.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Adds the panel's security headers to every answer.

@@ -48,7 +48,8 @@ pub(crate) fn layout(
                             input type="hidden" name="csrf" value=(s.csrf);
                             button type="submit" { "Log out" }
                         }
-                        label class="refresh" { input type="checkbox" id="auto-refresh"; " Refresh" }
+                        // Hidden until the script shows it: without JavaScript it would do nothing.
+                        label class="refresh" hidden { input type="checkbox" id="auto-refresh"; " Refresh every 5 s" }
                     }
                 }
                 main { h1 { (title) } (body) }
@@ -81,17 +82,25 @@ pub fn login(panel: &Panel, error: Option<&str>) -> Markup {
     layout(panel, None, "Log in", 0, body)
 }
 
-/// Overview: counts per state, queue and kind; queues with pause and resume.
+/// Overview: counts per state, queue and kind, throughput and failures over the last hour and
+/// day, queues with pause and resume. Every figure comes from the maintained counters and the
+/// partial indexes of waiting jobs, so a refresh costs the same at a million jobs as at ten.
 pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response {
     let app = &panel.app;
+    let now = app.client.now();
     let result = async {
         let counts = app.client.store().counts().await?;
         let qs = queues::queue_list(app).await?;
         let open = app.client.open_alerts().await?;
-        Ok::<_, ApiError>((counts, qs, open))
+        let history = app
+            .client
+            .store()
+            .history(now - chrono::TimeDelta::days(1))
+            .await?;
+        Ok::<_, ApiError>((counts, qs, open, history))
     }
     .await;
-    let (counts, qs, open) = match result {
+    let (counts, qs, open, history) = match result {
         Ok(v) => v,
         Err(e) => return err_page(&panel, &s, e),
     };
@@ -101,7 +110,24 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
         *by_state.entry(r.state.as_str()).or_default() += r.count;
         *by_kind.entry(r.kind.as_str()).or_default() += r.count;
     }
+    let minute = chrono::TimeDelta::minutes(1);
+    let half_hour = chrono::TimeDelta::minutes(30);
+    let hour = super::chart::buckets(&history, now, minute, 60);
+    let day = super::chart::buckets(&history, now, half_hour, 48);
+    let at = |span: chrono::TimeDelta, n: usize| {
+        move |i: usize| {
+            let start = now.timestamp().div_euclid(span.num_seconds()) - (n - 1 - i) as i64;
+            chrono::DateTime::from_timestamp(start * span.num_seconds(), 0)
+                .map(|t| t.format("%H:%M UTC").to_string())
+                .unwrap_or_default()
+        }
+    };
     let body = html! {
+        section aria-labelledby="activity" class="charts" {
+            h2 id="activity" { "Throughput and failures" }
+            (super::chart::bars("Last hour, by minute", &hour, at(minute, 60), ("1 h ago", "now")))
+            (super::chart::bars("Last day, by half hour", &day, at(half_hour, 48), ("24 h ago", "now")))
+        }
         section aria-labelledby="states" {
             h2 id="states" { "Jobs by state" }
             ul class="tiles" {
@@ -113,12 +139,20 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
         section aria-labelledby="queues" {
             h2 id="queues" { "Queues" }
             table {
-                thead { tr { th { "Queue" } th { "Waiting" } th { "Oldest waiting" } th { "State" } th { span class="sr" { "Action" } } } }
+                thead { tr { th { "Queue" } th { "Jobs" } th { "Waiting" } th { "Running" } th { "Failing" } th { "Oldest waiting" } th { "State" } th { span class="sr" { "Action" } } } }
                 tbody {
                     @for q in &qs.queues {
                         tr {
                             td { a href=(panel.href(&format!("/jobs?queue={}", q.name))) { (q.name) } }
+                            td { (q.counts.values().sum::<u64>()) }
                             td { (q.waiting) }
+                            td { (q.counts.get(&onus::JobState::Running).copied().unwrap_or(0)) }
+                            td {
+                                a href=(panel.href(&format!("/jobs?queue={}&state=retryable,discarded", q.name))) {
+                                    (q.counts.get(&onus::JobState::Retryable).copied().unwrap_or(0)
+                                        + q.counts.get(&onus::JobState::Discarded).copied().unwrap_or(0))
+                                }
+                            }
                             td { (format!("{:.1} s", q.oldest_waiting_seconds)) }
                             td { @if q.paused { "paused" } @else { "running" } }
                             td {
@@ -463,6 +497,8 @@ pub async fn alerts(State(panel): State<Panel>, Authed(s): Authed) -> Response {
                 input type="hidden" name="csrf" value=(s.csrf);
                 button type="submit" { "Acknowledge all " (list.open) " open alerts" }
             }
+        } @else if !list.alerts.is_empty() {
+            p { "No open alert: every one below is acknowledged." }
         }
         @if list.alerts.is_empty() { p { "No alert: no job was exhausted." } }
         @else {

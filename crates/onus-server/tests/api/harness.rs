@@ -49,7 +49,8 @@ jitter = 0.0
 
 /// An in-process kind that completes at once.
 pub const ECHO: &str = "test.echo";
-/// An in-process kind that fails once, exhausted, with an alert.
+/// An in-process kind that fails once, exhausted, with an alert; from attempt
+/// `args.ok_from_attempt` on (when given) it completes.
 pub const FAIL: &str = "test.fail";
 
 pub struct World {
@@ -85,8 +86,20 @@ pub async fn api_at(
     backend: Backend,
     toml: &str,
 ) -> Result<World, (TestDb, String)> {
+    api_plus(db, url, backend, toml, |b| b).await
+}
+
+/// As [`api_at`], with more set on the runtime's builder (kinds, periodic jobs).
+pub async fn api_plus(
+    db: TestDb,
+    url: &str,
+    backend: Backend,
+    toml: &str,
+    more: impl FnOnce(onus::Builder) -> onus::Builder,
+) -> Result<World, (TestDb, String)> {
     let file = onus_server::config::parse(toml).unwrap();
     let prepared = serve::prepare_with(&file, url, true, |b| {
+        let b = more(b);
         // Lapsed leases of outside workers are found within a fraction of a second.
         b.options(onus::Options {
             rescue_interval: Duration::from_millis(100),
@@ -100,7 +113,12 @@ pub async fn api_at(
                     alert_on_exhaustion: true,
                     ..Policy::preset_default()
                 })
-                .handler(|_ctx: JobContext| async { Err(JobError::retryable("the test says no")) }),
+                .handler(|ctx: JobContext| async move {
+                    match ctx.job().args["ok_from_attempt"].as_u64() {
+                        Some(n) if u64::from(ctx.attempt()) >= n => Ok(()),
+                        _ => Err(JobError::retryable("the test says no")),
+                    }
+                }),
         )
         .periodic(Periodic::new(
             "nightly-report",

@@ -60,6 +60,7 @@ onus_testkit::both!(
         login_sets_a_strict_session_and_forms_need_their_token,
         failed_logins_are_limited_and_other_servers_sessions_refused,
         every_page_renders_and_a_bulk_action_confirms_its_count,
+        every_page_renders_empty_and_with_thousands_in_every_state,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );

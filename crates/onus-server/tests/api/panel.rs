@@ -267,3 +267,159 @@ pub async fn every_page_renders_and_a_bulk_action_confirms_its_count(w: World) {
         "every match, not one page"
     );
 }
+
+/// Every page the panel has, for a world whose jobs are `ids` (one per state).
+async fn every_page(b: &Browser, ids: &[i64]) -> Vec<(String, String)> {
+    let mut paths: Vec<String> = [
+        "/",
+        "/jobs",
+        "/alerts",
+        "/periodic",
+        "/kinds",
+        "/endpoints",
+        "/events",
+        "/jobs?q=%22n%22&kind=report.build",
+        "/jobs?tag=many&created_after=2000-01-01T00:00:00Z",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    paths.extend(
+        onus::JobState::ALL
+            .iter()
+            .map(|s| format!("/jobs?state={}", s.as_str())),
+    );
+    paths.extend(ids.iter().map(|id| format!("/jobs/{id}")));
+    let mut out = Vec::new();
+    for path in paths {
+        let (s, page, _) = b.get(&path).await;
+        assert_eq!(s, 200, "{path}: {page}");
+        assert!(
+            page.starts_with("<!DOCTYPE html>") && page.contains("</html>"),
+            "{path}"
+        );
+        out.push((path, page));
+    }
+    out
+}
+
+pub async fn every_page_renders_empty_and_with_thousands_in_every_state(w: World) {
+    const EACH: usize = 2_000;
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    let empty = every_page(&b, &[]).await;
+    assert!(
+        empty[0].1.contains("0 completed"),
+        "the charts of an empty database"
+    );
+
+    let client = w.parts.onus.client();
+    let insert = |kind: &'static str, extra: serde_json::Value| {
+        let jobs: Vec<_> = (0..EACH)
+            .map(|n| {
+                let mut j = json!({"kind": kind, "args": {"n": n}, "tags": ["many"]});
+                j.as_object_mut()
+                    .unwrap()
+                    .extend(extra.as_object().unwrap().clone());
+                j
+            })
+            .collect();
+        json!({ "jobs": jobs })
+    };
+    // Completed and discarded by the in-process kinds; the rest through a pull worker's answers
+    // (report.build is claimed by outside workers), a bulk cancel, and a later run_at.
+    w.post("/api/v1/jobs/batch", insert("test.echo", json!({})))
+        .await;
+    w.post("/api/v1/jobs/batch", insert("test.fail", json!({})))
+        .await;
+    let later = json!({"run_at": "2100-01-01T00:00:00Z"});
+    w.post("/api/v1/jobs/batch", insert("report.build", later.clone()))
+        .await;
+    w.post(
+        "/api/v1/jobs/batch",
+        insert("report.build", json!({"queue": "cancel-me"})),
+    )
+    .await;
+    let (s, _) = w
+        .post("/api/v1/jobs/cancel", json!({"queues": ["cancel-me"]}))
+        .await;
+    assert_eq!(s, 200);
+    // 3 x EACH claimed: left running, failed (retryable), snoozed.
+    w.post("/api/v1/jobs/batch", insert("report.build", json!({})))
+        .await;
+    w.post("/api/v1/jobs/batch", insert("report.build", json!({})))
+        .await;
+    w.post("/api/v1/jobs/batch", insert("report.build", json!({})))
+        .await;
+    let mut claimed = Vec::new();
+    while claimed.len() < 3 * EACH {
+        let got = client
+            .claim_for_worker(
+                "reports",
+                &["report.build".into()],
+                1000,
+                std::time::Duration::ZERO,
+            )
+            .await
+            .unwrap();
+        assert!(!got.is_empty(), "{} claimed of {}", claimed.len(), 3 * EACH);
+        claimed.extend(got);
+    }
+    for (i, c) in claimed.iter().enumerate().skip(EACH) {
+        let end = if i < 2 * EACH {
+            onus::JobError::retryable("the worker failed")
+        } else {
+            onus::JobError::snooze_for(std::time::Duration::from_secs(3600), "later")
+        };
+        client
+            .answer(c.job.id, &c.lease_token, Err(end))
+            .await
+            .unwrap();
+    }
+    // Another EACH waiting now.
+    w.post("/api/v1/jobs/batch", insert("report.build", json!({})))
+        .await;
+    w.wait_get("/api/v1/queues", |q| {
+        let default = q["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == "default");
+        default
+            .is_some_and(|d| d["counts"]["completed"] == EACH && d["counts"]["discarded"] == EACH)
+    })
+    .await;
+    let mut ids = Vec::new();
+    for state in onus::JobState::ALL {
+        let (_, page) = w
+            .get(&format!("/api/v1/jobs?state={}&limit=1", state.as_str()))
+            .await;
+        let n = client
+            .count(&onus::JobFilter {
+                states: vec![state],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(n as usize >= EACH, "{}: {n} jobs", state.as_str());
+        ids.push(page["jobs"][0]["id"].as_i64().unwrap());
+    }
+    let pages = every_page(&b, &ids).await;
+    let overview = &pages[0].1;
+    for state in onus::JobState::ALL {
+        let tile = format!("<span class=\"n\">{EACH}</span> {}", state.as_str());
+        assert!(overview.contains(&tile), "{tile} on the overview");
+    }
+    assert!(
+        overview.contains(&format!("{EACH} completed")),
+        "the last hour's chart counts every completion"
+    );
+    for (path, page) in &pages {
+        if path.starts_with("/jobs?state=") {
+            assert!(
+                page.contains("Next page"),
+                "{path}: thousands make several pages"
+            );
+        }
+    }
+}

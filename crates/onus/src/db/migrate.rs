@@ -58,12 +58,14 @@ pub static JOBS: Line = Line {
     sqlite: migrations!(
         "../../migrations/jobs/sqlite",
         "001_jobs.sql",
-        "002_tags_and_queues.sql"
+        "002_tags_and_queues.sql",
+        "003_counts.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
         "001_jobs.sql",
-        "002_tags_and_queues.sql"
+        "002_tags_and_queues.sql",
+        "003_counts.sql"
     ),
 };
 

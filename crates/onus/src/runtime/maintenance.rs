@@ -191,7 +191,7 @@ pub(crate) async fn rescuer(
     }
 }
 
-/// Leader election, then (as leader) periodic enqueues and retention.
+/// Leader election, then (as leader) periodic enqueues, folding the job counters, and retention.
 pub(crate) async fn leader(shared: Arc<Shared>, stop: CancellationToken) {
     let mut jumps = shared.clock.jumps();
     let mut retention = Leadership::new(LEADER);
@@ -203,6 +203,7 @@ pub(crate) async fn leader(shared: Arc<Shared>, stop: CancellationToken) {
             registered = register_periodics(&shared).await;
         }
         if retention.hold(&shared).await {
+            fold_counts(&shared).await;
             let due = last_prune.is_none_or(|t| t.elapsed() >= shared.options.prune_interval);
             if due {
                 prune(&shared).await;
@@ -364,6 +365,16 @@ async fn enqueue_period(
         }
         Ok(None) => {}
         Err(e) => shared.trouble.report("cannot enqueue periodic jobs", &e),
+    }
+}
+
+/// How long the per-minute history behind the panel's charts is kept.
+const HISTORY_KEPT: Duration = Duration::from_secs(2 * 86_400);
+
+async fn fold_counts(shared: &Shared) {
+    let keep_since = crate::clock::sub(shared.clock.now(), HISTORY_KEPT);
+    if let Err(e) = shared.store.fold_counts(keep_since).await {
+        shared.trouble.report("cannot fold job counts", &e);
     }
 }
 

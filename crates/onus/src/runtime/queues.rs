@@ -5,9 +5,9 @@
 use serde::Serialize;
 
 use crate::clock::Timestamp;
-use crate::db::{Backend, Db, FromRow, Row, Sql, Tx, Value};
+use crate::db::{Backend, Db, FromRow, Row, Sql, Tx};
 use crate::job::JobState;
-use crate::{StoreError, StoreResult};
+use crate::StoreResult;
 
 use super::{Client, Error};
 
@@ -32,10 +32,16 @@ static PAUSED: Sql = Sql::new(
     "SELECT name, paused_at FROM onus_queues WHERE paused_at IS NOT NULL ORDER BY name",
 );
 
-/// Per queue and state: how many jobs, and the earliest `run_at` among them.
-static FIGURES: Sql = Sql::new(
+/// Per queue, the earliest `run_at` of a job waiting now: available, or delayed and due. Read
+/// from the claims' partial indexes, so its cost follows the waiting jobs, never the finished ones.
+static OLDEST: Sql = Sql::new(
     "onus_jobs",
-    "SELECT queue, state, COUNT(*) AS n, MIN(run_at) AS oldest FROM onus_jobs GROUP BY queue, state",
+    "SELECT queue, MIN(run_at) AS oldest FROM (
+         SELECT queue, run_at FROM onus_jobs WHERE state = 'available'
+         UNION ALL
+         SELECT queue, run_at FROM onus_jobs
+         WHERE state IN ('scheduled', 'retryable', 'snoozed') AND run_at <= $1) AS w
+     GROUP BY queue",
 );
 
 /// A paused queue.
@@ -58,25 +64,15 @@ impl FromRow for PausedQueue {
     }
 }
 
-struct Figure {
+struct Oldest {
     queue: String,
-    state: JobState,
-    n: u64,
     oldest: Timestamp,
 }
 
-impl FromRow for Figure {
+impl FromRow for Oldest {
     fn from_row(r: &Row) -> StoreResult<Self> {
-        let state: String = r.get("state")?;
-        let n: i64 = r.get("n")?;
-        Ok(Figure {
+        Ok(Oldest {
             queue: r.get("queue")?,
-            state: state.parse().map_err(|e| StoreError::Decode {
-                table: "onus_jobs",
-                column: "state".into(),
-                problem: e,
-            })?,
-            n: n.max(0) as u64,
             oldest: r.get("oldest")?,
         })
     }
@@ -155,7 +151,8 @@ impl Client {
     /// Every queue that has jobs or is paused, plus `also` (the configured ones), by name.
     pub async fn queue_stats(&self, also: &[String]) -> Result<Vec<QueueStats>, Error> {
         let now = self.now();
-        let figures: Vec<Figure> = self.db().read_rows(&FIGURES, Vec::<Value>::new()).await?;
+        let counts = self.store().counts().await?;
+        let oldest: Vec<Oldest> = self.db().read_rows(&OLDEST, vec![now.into()]).await?;
         let paused = self.paused_queues().await?;
         let mut out: std::collections::BTreeMap<String, QueueStats> = Default::default();
         let entry = |out: &mut std::collections::BTreeMap<String, QueueStats>, name: &str| {
@@ -174,20 +171,20 @@ impl Client {
         for name in also {
             entry(&mut out, name);
         }
-        for f in figures {
-            let key = entry(&mut out, &f.queue);
+        for c in counts {
+            let key = entry(&mut out, &c.queue);
             let q = out.get_mut(&key).expect("just inserted");
-            *q.counts.entry(f.state).or_default() += f.n;
-            // A delayed state's minimum run_at is only waiting when it has passed; its count may
-            // include jobs not yet due, so only available jobs count as waiting by number.
-            let due = f.state == JobState::Available || (f.state.is_waiting() && f.oldest <= now);
-            if due {
-                if f.state == JobState::Available {
-                    q.waiting += f.n;
-                }
-                let age = (now - f.oldest).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6;
-                q.oldest_waiting_seconds = q.oldest_waiting_seconds.max(age);
+            *q.counts.entry(c.state).or_default() += c.count;
+            // Delayed jobs may not be due yet, so only available jobs count as waiting by number.
+            if c.state == JobState::Available {
+                q.waiting += c.count;
             }
+        }
+        for o in oldest {
+            let key = entry(&mut out, &o.queue);
+            let q = out.get_mut(&key).expect("just inserted");
+            let age = (now - o.oldest).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6;
+            q.oldest_waiting_seconds = q.oldest_waiting_seconds.max(age);
         }
         for p in paused {
             let key = entry(&mut out, &p.name);

@@ -522,6 +522,20 @@ pub struct CountRow {
     pub count: u64,
 }
 
+/// How many jobs of a kind reached completed, retryable or discarded in one minute (the panel's
+/// charts of throughput and failures).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryRow {
+    /// The minute's start.
+    pub minute: Timestamp,
+    /// The kind counted.
+    pub kind: String,
+    /// `completed`, `retryable` or `discarded`.
+    pub state: JobState,
+    /// How many jobs got there in that minute.
+    pub count: u64,
+}
+
 /// What retention removes: finished jobs older than these ages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
@@ -691,8 +705,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Acknowledges an alert; false when there is none with that id.
     async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool>;
 
-    /// Job counts per state, kind and queue.
+    /// Job counts per state, kind and queue, read from counters that triggers keep in the same
+    /// transaction as every change of a job (so the cost never grows with the number of jobs).
     async fn counts(&self) -> StoreResult<Vec<CountRow>>;
+
+    /// How many jobs reached completed, retryable or discarded in each minute from `since` on, per
+    /// kind. Read from the history the counters' triggers keep, never from the jobs.
+    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>>;
+
+    /// Folds the counters' pending changes into their totals (PostgreSQL appends changes so that
+    /// writers never wait on one counter row) and drops history older than `keep_since`. The
+    /// maintenance leader calls it; counts and history are exact whether or not it has run.
+    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()>;
 
     /// The database's clock, read for measurement only (decisions use the runtime's clock). The
     /// default is this machine's clock: an embedded database shares it.

@@ -269,6 +269,14 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.counts().await
     }
+    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>> {
+        self.gate().await;
+        self.inner.history(since).await
+    }
+    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()> {
+        self.gate().await;
+        self.inner.fold_counts(keep_since).await
+    }
     async fn database_time(&self) -> StoreResult<DatabaseTime> {
         self.gate().await;
         self.inner.database_time().await

@@ -1251,7 +1251,7 @@ impl Store for SqliteStore {
     async fn counts(&self) -> StoreResult<Vec<CountRow>> {
         self.read(|conn| {
             let mut stmt = conn
-                .prepare_cached("SELECT state, kind, queue, COUNT(*) FROM onus_jobs GROUP BY state, kind, queue")
+                .prepare_cached("SELECT state, kind, queue, n FROM onus_job_counts WHERE n <> 0")
                 .map_err(q)?;
             let rows = stmt
                 .query_map([], |r| {
@@ -1263,9 +1263,62 @@ impl Store for SqliteStore {
             for row in rows {
                 let (state, kind, queue, count) = row.map_err(q)?;
                 let state = state.parse().map_err(StoreError::Query)?;
-                out.push(CountRow { state, kind, queue, count: count as u64 });
+                out.push(CountRow {
+                    state,
+                    kind,
+                    queue,
+                    count: count.max(0) as u64,
+                });
             }
             Ok(out)
+        })
+        .await
+    }
+
+    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>> {
+        let since = us(since);
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT minute, kind, state, n FROM onus_job_history WHERE minute >= ?1
+                     ORDER BY minute, kind, state",
+                )
+                .map_err(q)?;
+            let rows = stmt
+                .query_map([since], |r| {
+                    let state: String = r.get(2)?;
+                    Ok((r.get::<_, i64>(0)?, r.get(1)?, state, r.get::<_, i64>(3)?))
+                })
+                .map_err(q)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (minute, kind, state, count) = row.map_err(q)?;
+                let state = state.parse().map_err(StoreError::Query)?;
+                out.push(HistoryRow {
+                    minute: from_micros(minute),
+                    kind,
+                    state,
+                    count: count.max(0) as u64,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()> {
+        // The triggers update the counters in place (one writer at a time); only tidy up.
+        let keep_since = us(keep_since);
+        self.write(move |conn| {
+            conn.prepare_cached("DELETE FROM onus_job_counts WHERE n = 0")
+                .map_err(q)?
+                .execute([])
+                .map_err(q)?;
+            conn.prepare_cached("DELETE FROM onus_job_history WHERE minute < ?1")
+                .map_err(q)?
+                .execute([keep_since])
+                .map_err(q)?;
+            Ok(())
         })
         .await
     }
