@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::api::{median, Server};
 
-const CONFIG: &str = "[queues]\ndefault = 64\n[kinds.\"bench.wait\"]\nqueue = \"outside\"\n";
+const CONFIG: &str = "[queues]\ndefault = 16\n[kinds.\"bench.wait\"]\nqueue = \"outside\"\n";
 
 /// The pages timed, as (row label, path).
 const PAGES: &[(&str, &str)] = &[

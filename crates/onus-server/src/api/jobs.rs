@@ -262,9 +262,15 @@ impl ListParams {
 pub struct JobPage {
     /// Newest first.
     pub jobs: Vec<Job>,
-    /// Pass as `cursor` for the next page; null on the last one.
+    /// Pass as `cursor` for the next page; null on the last one. A page filtered by `q` or
+    /// `tag` reads at most 100,000 jobs, so it may hold fewer than `limit` while this is set.
     pub next_cursor: Option<String>,
 }
+
+/// A page filtered by text in args or by tag reads at most this many jobs (by id, newest first
+/// from the cursor): no index serves those filters, and a page must not read every job. A page
+/// may then hold fewer matches than asked while `next_cursor` goes on below the jobs read.
+pub const SEARCH_WINDOW: JobId = 100_000;
 
 /// One page of jobs matching `filter`, newest first: what `GET /jobs` and the panel show.
 pub async fn page(
@@ -273,9 +279,41 @@ pub async fn page(
     limit: usize,
     cursor: Option<JobId>,
 ) -> Result<JobPage, ApiError> {
-    // One more than asked tells whether another page follows.
-    let rows = app.client.list(filter, limit + 1, cursor).await?;
-    let (jobs, next_cursor) = super::paged(rows, limit, |j| j.id.to_string());
+    if filter.q_folded().is_none() && filter.tags.is_empty() {
+        // One more than asked tells whether another page follows.
+        let rows = app.client.list(filter, limit + 1, cursor).await?;
+        let (jobs, next_cursor) = super::paged(rows, limit, |j| j.id.to_string());
+        return Ok(JobPage { jobs, next_cursor });
+    }
+    let top = match cursor {
+        Some(c) => c,
+        None => match app
+            .client
+            .list(&JobFilter::default(), 1, None)
+            .await?
+            .first()
+        {
+            Some(newest) => newest.id + 1,
+            None => {
+                return Ok(JobPage {
+                    jobs: Vec::new(),
+                    next_cursor: None,
+                })
+            }
+        },
+    };
+    let lowest = filter.id_above.unwrap_or(0);
+    let floor = (top - SEARCH_WINDOW).max(lowest);
+    let window = JobFilter {
+        id_above: Some(floor),
+        ..filter.clone()
+    };
+    let rows = app.client.list(&window, limit + 1, Some(top)).await?;
+    let (jobs, mut next_cursor) = super::paged(rows, limit, |j| j.id.to_string());
+    if next_cursor.is_none() && floor > lowest {
+        // Read to the window's floor: older jobs may match too.
+        next_cursor = Some((floor + 1).to_string());
+    }
     Ok(JobPage { jobs, next_cursor })
 }
 

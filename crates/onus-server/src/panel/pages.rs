@@ -265,9 +265,18 @@ pub async fn jobs(
                 }
             }
         }
-        @if page.jobs.is_empty() { p { "No job matches." } }
+        @let windowed = page.jobs.len() < limit && page.next_cursor.is_some();
+        @if page.jobs.is_empty() && !windowed { p { "No job matches." } }
+        @if windowed {
+            p class="hint" {
+                (page.jobs.len()) " matches on this page: a search by text or tag reads "
+                (jobs::SEARCH_WINDOW) " jobs at a time, newest first, so older jobs may match too."
+            }
+        }
         @if let Some(c) = &page.next_cursor {
-            a class="next" href=(panel.href(&format!("/jobs?{}{}cursor={c}", here, if here.is_empty() { "" } else { "&" }))) { "Next page" }
+            a class="next" href=(panel.href(&format!("/jobs?{}{}cursor={c}", here, if here.is_empty() { "" } else { "&" }))) {
+                @if windowed { "Search older jobs" } @else { "Next page" }
+            }
         }
     };
     layout(&panel, Some(&s), "Jobs", open, body).into_response()

@@ -293,3 +293,49 @@ pub async fn bulk_actions_reach_every_match_and_a_dry_run_changes_nothing(w: Wor
     assert_eq!(s, 422, "{e}");
     assert_eq!(w.fingerprint().await, before);
 }
+
+pub async fn a_text_search_reads_a_bounded_window_and_its_cursor_goes_on(w: World) {
+    const WINDOW: usize = onus_server::api::jobs::SEARCH_WINDOW as usize;
+    let client = w.parts.onus.client();
+    // The one match is the oldest job; a window's worth of newer jobs sits above it.
+    client
+        .insert(onus::NewJob::new("report.build", json!({"needle": "Haystack-Needle"})).tag("rare"))
+        .await
+        .unwrap();
+    let filler: Vec<onus::NewJob> = (0..WINDOW + 10)
+        .map(|i| onus::NewJob::new("report.build", json!({ "i": i })))
+        .collect();
+    for chunk in filler.chunks(10_000) {
+        client.insert_many(chunk.to_vec()).await.unwrap();
+    }
+    for filter in ["q=haystack%20-%20needle", "tag=rare"] {
+        let (s, first) = w.get(&format!("/api/v1/jobs?{filter}&limit=10")).await;
+        assert_eq!(s, 200, "{first}");
+        assert!(
+            first["jobs"].as_array().unwrap().is_empty(),
+            "{filter}: not among the newest {WINDOW}"
+        );
+        let cursor = first["next_cursor"]
+            .as_str()
+            .expect("the search goes on below the window");
+        let (_, second) = w
+            .get(&format!("/api/v1/jobs?{filter}&limit=10&cursor={cursor}"))
+            .await;
+        let found = second["jobs"].as_array().unwrap();
+        assert_eq!(found.len(), 1, "{filter}: {second}");
+        assert_eq!(found[0]["args"]["needle"], "Haystack-Needle");
+        assert_eq!(
+            second["next_cursor"],
+            Value::Null,
+            "{filter}: nothing older is left"
+        );
+    }
+    // A filter an index serves is not windowed: the oldest job is on the first page.
+    let (_, by_kind) = w
+        .get(&format!(
+            "/api/v1/jobs?kind=report.build&limit=1000&cursor={}",
+            12
+        ))
+        .await;
+    assert_eq!(by_kind["jobs"].as_array().unwrap().len(), 11);
+}

@@ -22,6 +22,7 @@ onus_testkit::both!(
         list_filters_and_pages_stably_while_jobs_arrive,
         retry_cancel_and_delete_one_job,
         bulk_actions_reach_every_match_and_a_dry_run_changes_nothing,
+        a_text_search_reads_a_bounded_window_and_its_cursor_goes_on,
     ],
     errors: [
         refused_calls_say_why_and_change_nothing,

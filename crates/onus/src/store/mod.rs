@@ -277,6 +277,9 @@ pub struct JobFilter {
     /// Only these jobs.
     #[serde(default)]
     pub ids: Vec<JobId>,
+    /// Only jobs with an id greater than this (the floor of a bounded search window).
+    #[serde(default)]
+    pub id_above: Option<JobId>,
     /// Only jobs in one of these states.
     #[serde(default)]
     pub states: Vec<JobState>,
@@ -743,7 +746,12 @@ pub(crate) fn single_id(f: &JobFilter) -> Option<JobId> {
             && f.kinds.is_empty()
             && f.queues.is_empty()
             && f.lease_keys.is_empty()
+            && f.tags.is_empty()
+            && f.id_above.is_none()
             && f.finalized_after.is_none()
+            && f.created_after.is_none()
+            && f.created_before.is_none()
+            && f.q.is_none()
             && f.limit.is_none() =>
         {
             Some(*id)

@@ -564,6 +564,10 @@ fn filter_sql(f: &JobFilter, first: usize) -> (String, Vec<Box<dyn ToSql + Sync 
         p.push(Box::new(f.ids.clone()));
         sql.push_str(&format!(" AND id = ANY(${})", first + p.len()));
     }
+    if let Some(floor) = f.id_above {
+        p.push(Box::new(floor));
+        sql.push_str(&format!(" AND id > ${}", first + p.len()));
+    }
     if !f.states.is_empty() {
         p.push(Box::new(
             f.states
@@ -600,10 +604,11 @@ fn filter_sql(f: &JobFilter, first: usize) -> (String, Vec<Box<dyn ToSql + Sync 
         }
     }
     if let Some(text) = f.q_folded() {
-        // ASCII letters only, as SQLite's lower() folds them, so both backends match alike.
+        // ASCII letters only, as SQLite's lower() folds them, so both backends match alike: lower()
+        // under the "C" collation folds ASCII alone (and is many times faster than translate()).
         p.push(Box::new(text));
         sql.push_str(&format!(
-            " AND strpos(replace(translate(args::text, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'), ' ', ''), ${}) > 0",
+            " AND strpos(replace(lower(args::text COLLATE \"C\"), ' ', ''), ${}) > 0",
             first + p.len()
         ));
     }

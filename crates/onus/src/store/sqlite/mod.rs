@@ -662,6 +662,10 @@ fn filter_sql(f: &JobFilter, params: &mut Vec<Box<dyn ToSql + Send>>) -> String 
     if !f.lease_keys.is_empty() {
         add("lease_key", j(serde_json::json!(f.lease_keys)), params);
     }
+    if let Some(floor) = f.id_above {
+        params.push(Box::new(floor));
+        sql.push_str(&format!(" AND id > ?{}", params.len()));
+    }
     if !f.tags.is_empty() {
         params.push(Box::new(j(serde_json::json!(f.tags))));
         sql.push_str(&format!(
