@@ -6,7 +6,7 @@
 //! `--reps` times, one request at a time, through a logged-in session; the table gives the
 //! median in milliseconds.
 //!
-//! Options: `--reps R` (15), `--sizes 10000,100000,1000000`.
+//! Options: `--reps R` (15), `--sizes 10000,100000,1000000`, `--backends sqlite,postgres`.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -42,12 +42,14 @@ const PAGES: &[(&str, &str)] = &[
 struct Opts {
     reps: usize,
     sizes: Vec<usize>,
+    backends: Vec<String>,
 }
 
 fn opts() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 15,
         sizes: vec![10_000, 100_000, 1_000_000],
+        backends: vec!["sqlite".into(), "postgres".into()],
     };
     let args: Vec<String> = std::env::args().skip(2).collect();
     let mut it = args.iter();
@@ -69,6 +71,16 @@ fn opts() -> Result<Opts, String> {
                             .map_err(|_| format!("--sizes: {s:?}"))
                     })
                     .collect::<Result<_, _>>()?
+            }
+            "--backends" => {
+                o.backends = v.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(b) = o
+                    .backends
+                    .iter()
+                    .find(|b| !["sqlite", "postgres"].contains(&b.as_str()))
+                {
+                    return Err(format!("--backends: {b:?} is not sqlite or postgres"));
+                }
             }
             _ => return Err(format!("unknown option {a}; see the module docs")),
         }
@@ -196,7 +208,7 @@ async fn run(o: &Opts) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut columns: Vec<(String, Vec<f64>)> = Vec::new();
     for &n in &o.sizes {
-        for backend in ["sqlite", "postgres"] {
+        for backend in o.backends.iter().map(String::as_str) {
             let url = match backend {
                 "sqlite" => format!(
                     "sqlite://{}",

@@ -13,8 +13,7 @@ use super::{check_csrf, Authed, Panel};
 use crate::api::ApiError;
 
 fn ts(t: Option<onus::Timestamp>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_else(|| "-".into())
+    t.map(super::pages::when).unwrap_or_else(|| "-".into())
 }
 
 fn health(e: &onus_webhooks::Endpoint) -> Markup {

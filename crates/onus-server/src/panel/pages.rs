@@ -11,6 +11,57 @@ use super::{check_csrf, Authed, Panel, Session};
 use crate::api::jobs::{self, Bulk, BulkBody, ListParams};
 use crate::api::{queues, ApiError};
 
+/// An instant as the panel shows it: to the second, in UTC.
+pub(crate) fn when(t: onus::Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// "1 attempt", "3 attempts".
+pub(crate) fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// The policy's timeline, each attempt still ahead with the time it would run if every attempt
+/// before it fails: the next at the job's `run_at` when it waits, or from `now` while one runs;
+/// none for a finished job.
+fn projected(
+    j: &onus::Job,
+    p: &onus::Policy,
+    now: onus::Timestamp,
+) -> Vec<(onus::policy::TimelineStep, Option<onus::Timestamp>)> {
+    use onus::JobState as S;
+    let steps = p.timeline().steps;
+    let offset = |attempt: u32| {
+        steps
+            .iter()
+            .find(|s| s.attempt == attempt)
+            .map(|s| s.offset)
+    };
+    // The anchor: an attempt number and when it runs.
+    let anchor = match j.state {
+        S::Available | S::Scheduled | S::Retryable | S::Snoozed => Some((j.attempt + 1, j.run_at)),
+        S::Running => Some((j.attempt, now)),
+        S::Completed | S::Discarded | S::Cancelled => None,
+    };
+    steps
+        .iter()
+        .map(|s| {
+            let at = anchor
+                .filter(|(a, _)| s.attempt > j.attempt && s.attempt >= *a)
+                .and_then(|(a, t)| {
+                    let from = offset(a)?;
+                    let d = chrono::TimeDelta::from_std(s.offset.saturating_sub(from)).ok()?;
+                    t.checked_add_signed(d)
+                });
+            (s.clone(), at)
+        })
+        .collect()
+}
+
 /// The frame of every page: navigation, the open-alert badge, the content.
 pub(crate) fn layout(
     panel: &Panel,
@@ -259,7 +310,7 @@ pub async fn jobs(
                         td { (j.queue) }
                         td { span class=(format!("state {}", j.state.as_str())) { (j.state.as_str()) } }
                         td { (j.attempt) "/" (j.max_attempts) }
-                        td { (j.run_at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (when(j.run_at)) }
                         td { (j.errors.last().map(|e| e.message.chars().take(80).collect::<String>()).unwrap_or_default()) }
                     }
                 }
@@ -380,23 +431,31 @@ pub async fn job(
     let policy = panel.app.kinds.get(&j.kind).map(|k| k.policy.clone());
     let open = panel.app.client.open_alerts().await.unwrap_or(0);
     let args = serde_json::to_string_pretty(&j.args).unwrap_or_default();
+    let now = panel.app.client.now();
     let body = html! {
         dl class="facts" {
             dt { "Kind" } dd { (j.kind) }
             dt { "Queue" } dd { (j.queue) }
             dt { "State" } dd { span class=(format!("state {}", j.state.as_str())) { (j.state.as_str()) }
                 @if let Some(r) = j.discard_reason { " (" (r.as_str()) ")" } }
-            dt { "Attempt" } dd { (j.attempt) " of " (j.max_attempts) ", " (j.snoozes) " snoozes" }
-            dt { "Run at" } dd { (j.run_at.to_rfc3339()) }
-            dt { "Created" } dd { (j.created_at.to_rfc3339()) }
+            dt { "Attempt" } dd { (j.attempt) " of " (j.max_attempts) ", " (plural(j.snoozes.into(), "snooze")) }
+            dt { "Run at" } dd { (when(j.run_at)) }
+            dt { "Created" } dd { (when(j.created_at)) }
+            @if let Some(t) = j.finalized_at { dt { "Finished" } dd { (when(t)) } }
             @if !j.tags.is_empty() { dt { "Tags" } dd { (j.tags.join(", ")) } }
         }
-        div class="actions" {
-            @for action in ["retry", "cancel"] {
-                form method="post" action=(panel.href(&format!("/jobs/{}/action", j.id))) {
-                    input type="hidden" name="csrf" value=(s.csrf);
-                    input type="hidden" name="action" value=(action);
-                    button type="submit" { (if action == "retry" { "Retry" } else { "Cancel" }) }
+        @let retry = onus::store::RETRYABLE_STATES.contains(&j.state);
+        @let cancel = onus::store::CANCELLABLE_STATES.contains(&j.state);
+        @if retry || cancel {
+            div class="actions" {
+                @for (action, label, shown) in [("retry", "Retry", retry), ("cancel", "Cancel", cancel)] {
+                    @if shown {
+                        form method="post" action=(panel.href(&format!("/jobs/{}/action", j.id))) {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            input type="hidden" name="action" value=(action);
+                            button type="submit" { (label) }
+                        }
+                    }
                 }
             }
         }
@@ -408,7 +467,7 @@ pub async fn job(
             table {
                 thead { tr { th { "When" } th { "Attempt" } th { "Class" } th { "Message" } } }
                 tbody { @for e in &j.errors { tr {
-                    td { (e.at.to_rfc3339()) } td { (e.attempt) }
+                    td { (when(e.at)) } td { (e.attempt) }
                     td { (serde_json::to_value(e.class).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()) }
                     td { (e.message) }
                 } } }
@@ -416,12 +475,16 @@ pub async fn job(
         }
         @if let Some(p) = policy {
             h2 { "Policy" }
-            pre { (format!("{} attempts, backoff {}, jitter +/-{:.0}%, timeout {}", p.max_attempts, p.backoff, p.jitter * 100.0, onus::policy::human(p.timeout))) }
+            pre { (format!("{}, backoff {}, jitter +/-{:.0}%, timeout {}", plural(p.max_attempts.into(), "attempt"), p.backoff, p.jitter * 100.0, onus::policy::human(p.timeout))) }
             h3 { "Timeline" }
+            p class="hint" { "Each attempt's nominal time after the first; for the attempts still ahead, the time they would run if every one before them fails (jitter moves each by up to " (format!("{:.0}", p.jitter * 100.0)) "%)." }
             ol class="timeline" {
-                @for step in p.timeline().steps {
+                @for (step, at) in projected(&j, &p, now) {
                     li class=(if step.attempt <= j.attempt { "done" } else { "ahead" }) {
-                        "attempt " (step.attempt) ": +" (onus::policy::human(step.offset))
+                        span class="dot" aria-hidden="true" {}
+                        span { "attempt " (step.attempt) } " "
+                        span class="hint" { "+" (onus::policy::human(step.offset)) }
+                        @if let Some(at) = at { br; span class="at" { (when(at)) } }
                     }
                 }
             }
@@ -516,12 +579,12 @@ pub async fn alerts(State(panel): State<Panel>, Authed(s): Authed) -> Response {
                 tbody {
                     @for a in &list.alerts {
                         tr {
-                            td { (a.created_at.format("%Y-%m-%d %H:%M:%S")) }
+                            td { (when(a.created_at)) }
                             td { a href=(panel.href(&format!("/jobs/{}", a.job_id))) { (a.job_id) } }
                             td { (a.kind) }
                             td { (a.message) }
                             td {
-                                @if let Some(t) = a.acked_at { (t.format("%Y-%m-%d %H:%M:%S")) }
+                                @if let Some(t) = a.acked_at { (when(t)) }
                                 @else {
                                     form method="post" action=(panel.href("/alerts/ack")) {
                                         input type="hidden" name="csrf" value=(s.csrf);
@@ -588,10 +651,7 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
         Err(e) => return err_page(&panel, &s, e.into()),
     };
     let open = panel.app.client.open_alerts().await.unwrap_or(0);
-    let t = |v: Option<onus::Timestamp>| {
-        v.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-            .unwrap_or_else(|| "-".into())
-    };
+    let t = |v: Option<onus::Timestamp>| v.map(when).unwrap_or_else(|| "-".into());
     let body = html! {
         @if rows.is_empty() { p { "No periodic job." } }
         @else {
@@ -605,7 +665,7 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
                             td { (r.last_state.clone().unwrap_or_else(|| "-".into())) }
                             td {
                                 @if let (Some(at), Some(e)) = (r.last_failure_at, &r.last_error) {
-                                    (at.format("%Y-%m-%d %H:%M:%S")) ": " span class="error" { (e) }
+                                    (when(at)) ": " span class="error" { (e) }
                                 } @else { "-" }
                             }
                             td { (t(r.next_run_at)) }

@@ -425,6 +425,40 @@ pub async fn every_page_renders_empty_and_with_thousands_in_every_state(w: World
         overview.contains(&format!("{EACH} completed")),
         "the last hour's chart counts every completion"
     );
+    // A retryable job's page projects its remaining attempts (report.build: 10 s, then 1 m).
+    let retryable = ids[onus::JobState::ALL
+        .iter()
+        .position(|s| *s == onus::JobState::Retryable)
+        .unwrap()];
+    let (_, job) = w.get(&format!("/api/v1/jobs/{retryable}")).await;
+    let run_at: chrono::DateTime<chrono::Utc> = job["run_at"].as_str().unwrap().parse().unwrap();
+    let page = &pages
+        .iter()
+        .find(|(p, _)| *p == format!("/jobs/{retryable}"))
+        .unwrap()
+        .1;
+    for at in [run_at, run_at + chrono::TimeDelta::minutes(1)] {
+        let shown = at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+        assert!(
+            page.contains(&format!("<span class=\"at\">{shown}</span>")),
+            "{shown} in {page}"
+        );
+    }
+    assert!(
+        page.contains("value=\"retry\"") && page.contains("value=\"cancel\""),
+        "{page}"
+    );
+    // A completed job offers neither: neither applies to it.
+    let completed = ids[onus::JobState::ALL
+        .iter()
+        .position(|s| *s == onus::JobState::Completed)
+        .unwrap()];
+    let page = &pages
+        .iter()
+        .find(|(p, _)| *p == format!("/jobs/{completed}"))
+        .unwrap()
+        .1;
+    assert!(!page.contains("name=\"action\""), "{page}");
     for (path, page) in &pages {
         if path.starts_with("/jobs?state=") {
             assert!(
