@@ -57,7 +57,7 @@ fn projected(
                     let d = chrono::TimeDelta::from_std(s.offset.saturating_sub(from)).ok()?;
                     t.checked_add_signed(d)
                 });
-            (s.clone(), at)
+            (*s, at)
         })
         .collect()
 }
