@@ -236,15 +236,24 @@ async fn run(o: &Opts) -> Result<(), String> {
 }
 
 pub fn main() -> ExitCode {
-    let result = opts().and_then(|o| {
-        tokio::runtime::Runtime::new()
-            .map_err(|e| e.to_string())?
-            .block_on(run(&o))
-    });
+    exit_with("api", opts().and_then(|o| block_on(run(&o))))
+}
+
+/// Runs `f` to its end on a fresh Tokio runtime.
+pub(crate) fn block_on<F: std::future::Future<Output = Result<(), String>>>(
+    f: F,
+) -> Result<(), String> {
+    tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())?
+        .block_on(f)
+}
+
+/// The exit code of a subcommand's result, its error on stderr.
+pub(crate) fn exit_with(subcommand: &str, result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("onus-bench api: {e}");
+            eprintln!("onus-bench {subcommand}: {e}");
             ExitCode::FAILURE
         }
     }

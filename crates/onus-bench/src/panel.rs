@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use onus::{JobContext, JobError, JobFilter, JobState, Kind, NewJob, Policy};
 use serde_json::json;
 
-use crate::api::{median, Server};
+use crate::api::{block_on, exit_with, median, Server};
 
 const CONFIG: &str = "[queues]\ndefault = 16\n[kinds.\"bench.wait\"]\nqueue = \"outside\"\n";
 
@@ -257,16 +257,5 @@ async fn run(o: &Opts) -> Result<(), String> {
 }
 
 pub fn main() -> ExitCode {
-    let result = opts().and_then(|o| {
-        tokio::runtime::Runtime::new()
-            .map_err(|e| e.to_string())?
-            .block_on(run(&o))
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("onus-bench panel: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_with("panel", opts().and_then(|o| block_on(run(&o))))
 }

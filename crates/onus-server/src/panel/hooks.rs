@@ -47,7 +47,7 @@ pub async fn endpoints(
         Ok(l) => l,
         Err(e) => return err_page(&panel, &s, e.into()),
     };
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let body = html! {
         form method="get" action=(panel.href("/endpoints")) class="filters" {
             label { "Tenant " input name="tenant" value=(tenant.clone().unwrap_or_default()); }
@@ -123,7 +123,7 @@ pub async fn create(
 }
 
 async fn secret_page(panel: &Panel, s: &super::Session, id: &str, secret: &str) -> Response {
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let body = html! {
         p { "The signing secret of " a href=(panel.href(&format!("/endpoints/{id}"))) { (id) } ", shown this once:" }
         pre class="secret" { (secret) }
@@ -159,7 +159,7 @@ pub async fn endpoint(
         })
         .await
         .unwrap_or(0);
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let action = |name: &str, label: String| {
         html! {
             form method="post" action=(panel.href(&format!("/endpoints/{}/action", e.id))) {
@@ -315,7 +315,7 @@ pub async fn events(
         Ok(l) => l,
         Err(e) => return err_page(&panel, &s, e.into()),
     };
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let body = html! {
         form method="get" action=(panel.href("/events")) class="filters" {
             label { "Tenant " input name="tenant" value=(tenant.unwrap_or_default()); }
@@ -351,7 +351,7 @@ pub async fn event(
         Ok(v) => v,
         Err(err) => return err_page(&panel, &s, err.into()),
     };
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let body = html! {
         dl class="facts" {
             dt { "Type" } dd { (e.event_type) }

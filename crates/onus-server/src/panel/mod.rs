@@ -49,7 +49,21 @@ impl std::ops::Deref for Panel {
     }
 }
 
+/// The open-alert badge counts this far at most (then shows "99+"): it is on every page and
+/// refresh, and must not cost more when nobody acknowledges alerts.
+pub(crate) const BADGE_CAP: u64 = 100;
+
 impl Panel {
+    /// The open alerts the badge shows, up to [`BADGE_CAP`] (none when the database does not
+    /// answer: the page itself then says what failed).
+    pub(crate) async fn badge(&self) -> u64 {
+        self.app
+            .client
+            .open_alerts_upto(BADGE_CAP)
+            .await
+            .unwrap_or(0)
+    }
+
     /// A path inside the panel.
     pub fn href(&self, path: &str) -> String {
         format!("{}{path}", self.base)

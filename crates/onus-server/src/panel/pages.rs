@@ -88,7 +88,11 @@ pub(crate) fn layout(
                             a href=(panel.href("/jobs")) { "Jobs" }
                             a href=(panel.href("/alerts")) {
                                 "Alerts "
-                                @if open_alerts > 0 { span class="badge" title="open alerts" { (open_alerts) } }
+                                @if open_alerts >= super::BADGE_CAP {
+                                    span class="badge" title="open alerts" { (super::BADGE_CAP - 1) "+" }
+                                } @else if open_alerts > 0 {
+                                    span class="badge" title="open alerts" { (open_alerts) }
+                                }
                             }
                             a href=(panel.href("/endpoints")) { "Endpoints" }
                             a href=(panel.href("/events")) { "Events" }
@@ -142,7 +146,7 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
     let result = async {
         let counts = app.client.store().counts().await?;
         let qs = queues::queue_list(app).await?;
-        let open = app.client.open_alerts().await?;
+        let open = panel.badge().await;
         let history = app
             .client
             .store()
@@ -288,7 +292,7 @@ pub async fn jobs(
         Ok(p) => p,
         Err(e) => return err_page(&panel, &s, e),
     };
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let here = query_of(&p);
     let body = html! {
         (filter_form(&panel, &p))
@@ -409,7 +413,7 @@ pub async fn jobs_bulk(
             a href=(back) { "Back to the jobs" }
         }
     };
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     layout(&panel, Some(&s), "Every matching job", open, page).into_response()
 }
 
@@ -429,7 +433,7 @@ pub async fn job(
         Err(e) => return err_page(&panel, &s, e),
     };
     let policy = panel.app.kinds.get(&j.kind).map(|k| k.policy.clone());
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let args = serde_json::to_string_pretty(&j.args).unwrap_or_default();
     let now = panel.app.client.now();
     let body = html! {
@@ -650,7 +654,7 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
         Ok(r) => r,
         Err(e) => return err_page(&panel, &s, e.into()),
     };
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let t = |v: Option<onus::Timestamp>| v.map(when).unwrap_or_else(|| "-".into());
     let body = html! {
         @if rows.is_empty() { p { "No periodic job." } }
@@ -680,7 +684,7 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
 
 /// Kinds: how each is handled, its queue, policy and the timeline it implies.
 pub async fn kinds(State(panel): State<Panel>, Authed(s): Authed) -> Response {
-    let open = panel.app.client.open_alerts().await.unwrap_or(0);
+    let open = panel.badge().await;
     let body = html! {
         @for k in panel.app.kinds.values() {
             section aria-labelledby=(format!("k-{}", k.name)) {

@@ -425,6 +425,10 @@ pub async fn every_page_renders_empty_and_with_thousands_in_every_state(w: World
         overview.contains(&format!("{EACH} completed")),
         "the last hour's chart counts every completion"
     );
+    assert!(
+        overview.contains("title=\"open alerts\">99+</span>"),
+        "the badge counts no further than 99 of the {EACH} open alerts"
+    );
     // A retryable job's page projects its remaining attempts (report.build: 10 s, then 1 m).
     let retryable = ids[onus::JobState::ALL
         .iter()

@@ -38,6 +38,11 @@ impl FromRow for Alert {
     }
 }
 
+static OPEN_UPTO: Sql = Sql::new(
+    ALERTS,
+    "SELECT COUNT(*) AS n FROM (SELECT id FROM onus_alerts WHERE acked_at IS NULL LIMIT $1) AS o",
+);
+
 struct Count(i64);
 
 impl FromRow for Count {
@@ -59,6 +64,16 @@ impl Client {
     pub async fn open_alerts(&self) -> Result<u64, Error> {
         let rows: Vec<Count> = Db::new(self.shared.store.clone())
             .read_rows(&OPEN_COUNT, Vec::new())
+            .await?;
+        Ok(rows.first().map_or(0, |c| c.0.max(0) as u64))
+    }
+
+    /// How many alerts are open, counting no further than `cap` (a badge that costs the same
+    /// however many alerts nobody acknowledged).
+    pub async fn open_alerts_upto(&self, cap: u64) -> Result<u64, Error> {
+        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+        let rows: Vec<Count> = Db::new(self.shared.store.clone())
+            .read_rows(&OPEN_UPTO, vec![cap.into()])
             .await?;
         Ok(rows.first().map_or(0, |c| c.0.max(0) as u64))
     }
