@@ -17,13 +17,18 @@ document.addEventListener("submit", function (e) {
   // Fetches this page again and swaps in its content and the alert badge, without a reload.
   function refresh() {
     if (busy || !box.checked || document.hidden) return;
-    var active = document.activeElement;
+    // Not while something in the page has the keyboard's focus: swapping it would lose it.
+    var active = document.activeElement, main = document.querySelector("main");
+    if (active && active !== document.body && main && main.contains(active)) return;
     if (active && active.matches("input:not([type=checkbox]), select, textarea")) return;
     busy = true;
     fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (res) {
-        // An expired session answers with the login page: show it for real.
-        if (res.redirected || !res.ok) { location.reload(); return null; }
+        // An expired session is sent to the login page: go there (never a reload, which could
+        // send a form again). A page that is not there to fetch (the answer to a form) or an
+        // error is left as it is.
+        if (res.redirected) { location.assign(res.url); return null; }
+        if (!res.ok) return null;
         return res.text();
       })
       .then(function (text) {

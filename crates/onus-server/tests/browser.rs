@@ -287,13 +287,14 @@ async fn scenario(backend: Backend, d: &Driver) {
     wait_text(&c, "div.actions", "Redeliver 1 discarded").await;
     shoot(&c, &format!("{tag}-endpoint")).await;
     click(&c, Locator::XPath("//button[starts-with(., 'Redeliver')]")).await;
+    wait_text(&c, "p.notice", "Redelivered 1 delivery.").await;
     w.wait_get("/api/v1/events/browser-1/deliveries", |v| {
         v["deliveries"][0]["state"] == "completed"
     })
     .await;
     wait_page(&c, &format!("{}/events/browser-1", w.base), "completed").await;
     shoot(&c, &format!("{tag}-event")).await;
-    for page in ["kinds", "events", "alerts"] {
+    for page in ["kinds", "events", "alerts", "endpoints"] {
         c.goto(&format!("{}/{page}", w.base)).await.unwrap();
         c.find(Locator::Css("h1")).await.unwrap();
         shoot(&c, &format!("{tag}-{page}")).await;

@@ -492,18 +492,31 @@ impl Webhooks {
                 "endpoint {id} is disabled; enable it before redelivering"
             )));
         }
+        let f = self.redeliverable(id, since)?;
+        Ok(self.client()?.retry_where(&f).await?.retried)
+    }
+
+    /// How many deliveries [`Webhooks::redeliver`] would run again now (what a panel shows on
+    /// its button).
+    pub async fn redeliver_count(&self, id: &str) -> Result<u64, Error> {
+        let f = self.redeliverable(id, None)?;
+        Ok(self.client()?.count(&f).await?)
+    }
+
+    /// The discarded deliveries to `id` a redelivery takes: finished from `since` (the window's
+    /// start by default), at most the configured number.
+    fn redeliverable(&self, id: &str, since: Option<Timestamp>) -> Result<JobFilter, Error> {
         let client = self.client()?;
         let since = since
             .unwrap_or_else(|| onus::clock::sub(client.now(), self.inner.cfg.redeliver_window));
-        let f = JobFilter {
+        Ok(JobFilter {
             kinds: vec![DELIVER.into()],
             states: vec![JobState::Discarded],
             lease_keys: vec![lease_key(id)],
             finalized_after: Some(since),
             limit: Some(self.inner.cfg.redeliver_max),
             ..JobFilter::default()
-        };
-        Ok(client.retry_where(&f).await?.retried)
+        })
     }
 
     /// Publishes an event: the event and its fan-out job commit together. With an `id` given,

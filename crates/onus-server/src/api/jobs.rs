@@ -262,14 +262,15 @@ impl ListParams {
 pub struct JobPage {
     /// Newest first.
     pub jobs: Vec<Job>,
-    /// Pass as `cursor` for the next page; null on the last one. A page filtered by `q` or
-    /// `tag` reads at most 100,000 jobs, so it may hold fewer than `limit` while this is set.
+    /// Pass as `cursor` for the next page; null on the last one. A filtered page (other than by
+    /// kind alone) reads at most 100,000 jobs, so it may hold fewer than `limit` while this is set.
     pub next_cursor: Option<String>,
 }
 
-/// A page filtered by text in args or by tag reads at most this many jobs (by id, newest first
-/// from the cursor): no index serves those filters, and a page must not read every job. A page
-/// may then hold fewer matches than asked while `next_cursor` goes on below the jobs read.
+/// A filtered page reads at most this many jobs (by id, newest first from the cursor), unless
+/// it filters by kind alone (an index walk): a rare state, a small queue, a past time range or
+/// text in args must not make a page read every job. A page may then hold fewer matches than
+/// asked while `next_cursor` goes on below the jobs read.
 pub const SEARCH_WINDOW: JobId = 100_000;
 
 /// One page of jobs matching `filter`, newest first: what `GET /jobs` and the panel show.
@@ -279,7 +280,11 @@ pub async fn page(
     limit: usize,
     cursor: Option<JobId>,
 ) -> Result<JobPage, ApiError> {
-    if filter.q_folded().is_none() && filter.tags.is_empty() {
+    let by_kind_alone = JobFilter {
+        kinds: filter.kinds.clone(),
+        ..JobFilter::default()
+    };
+    if *filter == by_kind_alone {
         // One more than asked tells whether another page follows.
         let rows = app.client.list(filter, limit + 1, cursor).await?;
         let (jobs, next_cursor) = super::paged(rows, limit, |j| j.id.to_string());

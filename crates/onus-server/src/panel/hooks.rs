@@ -132,11 +132,18 @@ async fn secret_page(panel: &Panel, s: &super::Session, id: &str, secret: &str) 
     layout(panel, Some(s), "Signing secret", open, body).into_response()
 }
 
+/// What the endpoint page reports after an action.
+#[derive(Debug, Deserialize)]
+pub struct Done {
+    redelivered: Option<u64>,
+}
+
 /// An endpoint: health, recent attempts, its actions.
 pub async fn endpoint(
     State(panel): State<Panel>,
     Authed(s): Authed,
     Path(id): Path<String>,
+    Query(done): Query<Done>,
 ) -> Response {
     let found = async {
         let e = panel.app.webhooks.endpoint(&id).await?;
@@ -148,17 +155,7 @@ pub async fn endpoint(
         Ok(v) => v,
         Err(err) => return err_page(&panel, &s, err.into()),
     };
-    let discarded = panel
-        .app
-        .client
-        .count(&onus::JobFilter {
-            kinds: vec![onus_webhooks::DELIVER.into()],
-            states: vec![onus::JobState::Discarded],
-            lease_keys: vec![onus_webhooks::lease_key(&e.id)],
-            ..Default::default()
-        })
-        .await
-        .unwrap_or(0);
+    let discarded = panel.app.webhooks.redeliver_count(&e.id).await.unwrap_or(0);
     let open = panel.badge().await;
     let action = |name: &str, label: String| {
         html! {
@@ -174,6 +171,11 @@ pub async fn endpoint(
         }
     };
     let body = html! {
+        @if let Some(n) = done.redelivered {
+            p class="notice" role="status" {
+                @if n == 1 { "Redelivered 1 delivery." } @else { "Redelivered " (n) " deliveries." }
+            }
+        }
         dl class="facts" {
             dt { "URL" } dd { code { (e.url) } }
             dt { "Tenant" } dd { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
@@ -238,7 +240,12 @@ pub async fn endpoint_action(
         "enable" => h.enable(&id).await.map(|_| ()),
         "disable" => h.disable(&id, "disabled by request").await,
         "test" => h.send_test(&id).await.map(|_| ()),
-        "redeliver" => h.redeliver(&id).await.map(|_| ()),
+        "redeliver" => {
+            return match h.redeliver(&id).await {
+                Ok(ids) => panel.redirect(&format!("{back}?redelivered={}", ids.len())),
+                Err(e) => err_page(&panel, &s, e.into()),
+            }
+        }
         "rotate" => {
             return match h.rotate_secret(&id, None).await {
                 Ok(secret) => secret_page(&panel, &s, &id, &secret).await,

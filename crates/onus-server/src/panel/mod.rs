@@ -64,8 +64,12 @@ impl Panel {
             .unwrap_or(0)
     }
 
-    /// A path inside the panel.
+    /// A path inside the panel. Under a base path the overview is the base itself (`/onus`):
+    /// a router nested there answers `/onus`, and `/onus/` only redirects to it.
     pub fn href(&self, path: &str) -> String {
+        if path == "/" && !self.base.is_empty() {
+            return self.base.clone();
+        }
         format!("{}{path}", self.base)
     }
 
@@ -299,7 +303,7 @@ pub fn router(panel: Panel) -> Router {
         .route("/jobs/bulk", post(pages::jobs_bulk))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/action", post(pages::job_action))
-        .route("/queues/{name}/action", post(pages::queue_action))
+        .route("/queues/action", post(pages::queue_action))
         .route("/alerts", get(pages::alerts))
         .route("/alerts/ack", post(pages::alerts_ack))
         .route("/periodic", get(pages::periodic))
@@ -317,6 +321,12 @@ pub fn router(panel: Panel) -> Router {
     if panel.base.is_empty() {
         routes
     } else {
-        Router::new().nest(&panel.base, routes)
+        let home = panel.clone();
+        Router::new()
+            .route(
+                &format!("{}/", panel.base),
+                get(move || async move { home.redirect("/") }),
+            )
+            .nest(&panel.base, routes)
     }
 }

@@ -16,6 +16,15 @@ pub(crate) fn when(t: onus::Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+/// A query string of `pairs`, each value encoded (a name may hold `&`, `#` or `+`).
+pub(crate) fn pairs(pairs: &[(&str, &str)]) -> String {
+    let mut s = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
 /// "1 attempt", "3 attempts".
 pub(crate) fn plural(n: u64, word: &str) -> String {
     if n == 1 {
@@ -187,7 +196,7 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
             h2 id="states" { "Jobs by state" }
             ul class="tiles" {
                 @for (state, n) in &by_state {
-                    li { a href=(panel.href(&format!("/jobs?state={state}"))) { span class="n" { (n) } " " (state) } }
+                    li { a href=(panel.href(&format!("/jobs?{}", pairs(&[("state", state)])))) { span class="n" { (n) } " " (state) } }
                 }
             }
         }
@@ -198,12 +207,12 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
                 tbody {
                     @for q in &qs.queues {
                         tr {
-                            td { a href=(panel.href(&format!("/jobs?queue={}", q.name))) { (q.name) } }
+                            td { a href=(panel.href(&format!("/jobs?{}", pairs(&[("queue", &q.name)])))) { (q.name) } }
                             td { (q.counts.values().sum::<u64>()) }
                             td { (q.waiting) }
                             td { (q.counts.get(&onus::JobState::Running).copied().unwrap_or(0)) }
                             td {
-                                a href=(panel.href(&format!("/jobs?queue={}&state=retryable,discarded", q.name))) {
+                                a href=(panel.href(&format!("/jobs?{}", pairs(&[("queue", &q.name), ("state", "retryable,discarded")])))) {
                                     (q.counts.get(&onus::JobState::Retryable).copied().unwrap_or(0)
                                         + q.counts.get(&onus::JobState::Discarded).copied().unwrap_or(0))
                                 }
@@ -211,8 +220,9 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
                             td { (format!("{:.1} s", q.oldest_waiting_seconds)) }
                             td { @if q.paused { "paused" } @else { "running" } }
                             td {
-                                form method="post" action=(panel.href(&format!("/queues/{}/action", q.name))) {
+                                form method="post" action=(panel.href("/queues/action")) {
                                     input type="hidden" name="csrf" value=(s.csrf);
+                                    input type="hidden" name="name" value=(q.name);
                                     @if q.paused {
                                         input type="hidden" name="action" value="resume";
                                         button type="submit" { "Resume " (q.name) }
@@ -233,7 +243,7 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
                 thead { tr { th { "Kind" } th { "Jobs" } } }
                 tbody {
                     @for (kind, n) in &by_kind {
-                        tr { td { a href=(panel.href(&format!("/jobs?kind={kind}"))) { (kind) } } td { (n) } }
+                        tr { td { a href=(panel.href(&format!("/jobs?{}", pairs(&[("kind", kind)])))) { (kind) } } td { (n) } }
                     }
                 }
             }
@@ -324,7 +334,7 @@ pub async fn jobs(
         @if page.jobs.is_empty() && !windowed { p { "No job matches." } }
         @if windowed {
             p class="hint" {
-                (page.jobs.len()) " matches on this page: a search by text or tag reads "
+                (page.jobs.len()) " matches on this page: a filtered list reads "
                 (jobs::SEARCH_WINDOW) " jobs at a time, newest first, so older jobs may match too."
             }
         }
@@ -497,6 +507,14 @@ pub async fn job(
     layout(&panel, Some(&s), &format!("Job {}", j.id), open, body).into_response()
 }
 
+/// A queue's pause or resume: the name travels in the form, so any name works.
+#[derive(Debug, Deserialize)]
+pub struct QueueForm {
+    csrf: Option<String>,
+    name: String,
+    action: String,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct ActionForm {
     csrf: Option<String>,
@@ -537,12 +555,12 @@ pub async fn job_action(
 pub async fn queue_action(
     State(panel): State<Panel>,
     Authed(s): Authed,
-    Path(name): Path<String>,
-    Form(f): Form<ActionForm>,
+    Form(f): Form<QueueForm>,
 ) -> Response {
     if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
         return r.into_response();
     }
+    let name = f.name;
     let done = match f.action.as_str() {
         "pause" => panel.app.client.pause_queue(&name).await.map(|_| ()),
         "resume" => panel.app.client.resume_queue(&name).await.map(|_| ()),
@@ -627,16 +645,7 @@ pub async fn alerts_ack(
                 panel.app.client.ack_alert(id).await?;
             }
             None => {
-                for a in panel
-                    .app
-                    .client
-                    .alerts(crate::api::alerts::MAX_ALERTS)
-                    .await?
-                {
-                    if a.acked_at.is_none() {
-                        panel.app.client.ack_alert(a.id).await?;
-                    }
-                }
+                panel.app.client.ack_all_alerts().await?;
             }
         }
         Ok::<_, onus::Error>(())

@@ -33,7 +33,7 @@ type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 pub struct Sessions {
     secrets: Secrets,
     key: OnceCell<Vec<u8>>,
-    failures: Mutex<HashMap<IpAddr, Vec<Instant>>>,
+    failures: Mutex<HashMap<IpAddr, Tries>>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -135,22 +135,44 @@ impl Sessions {
             && bool::from(session.csrf.as_bytes().ct_eq(given.as_bytes()))
     }
 
-    /// Whether `addr` may try to log in now (fewer than [`MAX_FAILURES`] failures within the
-    /// window).
+    /// Whether `addr` may try to log in now: not while it is refused, for a whole
+    /// [`FAILURE_WINDOW`] after its [`MAX_FAILURES`]th failure within one.
     pub fn may_try(&self, addr: IpAddr) -> bool {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let list = f.entry(addr).or_default();
-        list.retain(|t| t.elapsed() < FAILURE_WINDOW);
-        list.len() < MAX_FAILURES
+        let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        f.get(&addr)
+            .and_then(|t| t.refused_until)
+            .is_none_or(|until| Instant::now() >= until)
     }
 
-    /// Counts a failed login from `addr`.
+    /// Counts a failed login from `addr`; the [`MAX_FAILURES`]th within a minute refuses the
+    /// address for the next minute.
     pub fn failed(&self, addr: IpAddr) {
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if f.len() > 10_000 {
-            // Bounded: addresses whose failures all lapsed are forgotten.
-            f.retain(|_, l| l.iter().any(|t| t.elapsed() < FAILURE_WINDOW));
+            // Bounded: addresses with nothing recent are forgotten.
+            f.retain(|_, t| !t.lapsed());
         }
-        f.entry(addr).or_default().push(Instant::now());
+        let t = f.entry(addr).or_default();
+        let now = Instant::now();
+        t.failures.retain(|at| at.elapsed() < FAILURE_WINDOW);
+        t.failures.push(now);
+        if t.failures.len() >= MAX_FAILURES {
+            t.failures.clear();
+            t.refused_until = Some(now + FAILURE_WINDOW);
+        }
+    }
+}
+
+/// One address's recent failed logins, and until when it is refused.
+#[derive(Debug, Default)]
+struct Tries {
+    failures: Vec<Instant>,
+    refused_until: Option<Instant>,
+}
+
+impl Tries {
+    fn lapsed(&self) -> bool {
+        self.refused_until.is_none_or(|u| Instant::now() >= u)
+            && self.failures.iter().all(|t| t.elapsed() >= FAILURE_WINDOW)
     }
 }

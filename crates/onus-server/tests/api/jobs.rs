@@ -294,12 +294,18 @@ pub async fn bulk_actions_reach_every_match_and_a_dry_run_changes_nothing(w: Wor
     assert_eq!(w.fingerprint().await, before);
 }
 
-pub async fn a_text_search_reads_a_bounded_window_and_its_cursor_goes_on(w: World) {
+pub async fn a_filtered_list_reads_a_bounded_window_and_its_cursor_goes_on(w: World) {
     const WINDOW: usize = onus_server::api::jobs::SEARCH_WINDOW as usize;
     let client = w.parts.onus.client();
-    // The one match is the oldest job; a window's worth of newer jobs sits above it.
+    // The one match is the oldest job (the only scheduled one); a window's worth of newer jobs
+    // sits above it.
+    let later = client.now() + chrono::TimeDelta::days(1);
     client
-        .insert(onus::NewJob::new("report.build", json!({"needle": "Haystack-Needle"})).tag("rare"))
+        .insert(
+            onus::NewJob::new("report.build", json!({"needle": "Haystack-Needle"}))
+                .tag("rare")
+                .run_at(later),
+        )
         .await
         .unwrap();
     let filler: Vec<onus::NewJob> = (0..WINDOW + 10)
@@ -308,7 +314,7 @@ pub async fn a_text_search_reads_a_bounded_window_and_its_cursor_goes_on(w: Worl
     for chunk in filler.chunks(10_000) {
         client.insert_many(chunk.to_vec()).await.unwrap();
     }
-    for filter in ["q=haystack%20-%20needle", "tag=rare"] {
+    for filter in ["q=haystack%20-%20needle", "tag=rare", "state=scheduled"] {
         let (s, first) = w.get(&format!("/api/v1/jobs?{filter}&limit=10")).await;
         assert_eq!(s, 200, "{first}");
         assert!(
@@ -330,7 +336,7 @@ pub async fn a_text_search_reads_a_bounded_window_and_its_cursor_goes_on(w: Worl
             "{filter}: nothing older is left"
         );
     }
-    // A filter an index serves is not windowed: the oldest job is on the first page.
+    // A kind alone (an index walk) is not windowed: the oldest jobs are on one page.
     let (_, by_kind) = w
         .get(&format!(
             "/api/v1/jobs?kind=report.build&limit=1000&cursor={}",

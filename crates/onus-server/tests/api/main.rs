@@ -22,7 +22,7 @@ onus_testkit::both!(
         list_filters_and_pages_stably_while_jobs_arrive,
         retry_cancel_and_delete_one_job,
         bulk_actions_reach_every_match_and_a_dry_run_changes_nothing,
-        a_text_search_reads_a_bounded_window_and_its_cursor_goes_on,
+        a_filtered_list_reads_a_bounded_window_and_its_cursor_goes_on,
     ],
     errors: [
         refused_calls_say_why_and_change_nothing,
@@ -62,6 +62,7 @@ onus_testkit::both!(
         failed_logins_are_limited_and_other_servers_sessions_refused,
         every_page_renders_and_a_bulk_action_confirms_its_count,
         every_page_renders_empty_and_with_thousands_in_every_state,
+        the_panel_works_under_a_base_path,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );

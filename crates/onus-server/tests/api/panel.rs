@@ -121,10 +121,10 @@ pub async fn login_sets_a_strict_session_and_forms_need_their_token(w: World) {
     // A POST without the session's token (or with another) is refused and changes nothing.
     let before = w.fingerprint().await;
     for form in [
-        vec![("action", "pause")],
-        vec![("action", "pause"), ("csrf", "forged")],
+        vec![("name", "default"), ("action", "pause")],
+        vec![("name", "default"), ("action", "pause"), ("csrf", "forged")],
     ] {
-        let (s, _, _) = b.post("/queues/default/action", &form, &[]).await;
+        let (s, _, _) = b.post("/queues/action", &form, &[]).await;
         assert_eq!(s, 403);
     }
     assert_eq!(
@@ -135,8 +135,8 @@ pub async fn login_sets_a_strict_session_and_forms_need_their_token(w: World) {
     let csrf = csrf_of(&overview);
     let (s, _, _) = b
         .post(
-            "/queues/default/action",
-            &[("action", "pause"), ("csrf", &csrf)],
+            "/queues/action",
+            &[("name", "default"), ("action", "pause"), ("csrf", &csrf)],
             &[],
         )
         .await;
@@ -471,4 +471,68 @@ pub async fn every_page_renders_empty_and_with_thousands_in_every_state(w: World
             );
         }
     }
+}
+
+pub async fn the_panel_works_under_a_base_path(w: World) {
+    let config = format!(
+        "{}\n[panel]\nbase_path = \"/onus\"\n",
+        crate::harness::CONFIG
+    );
+    let w = crate::harness::api_with(w.backend, &config).await;
+    let mut b = Browser::new(&w);
+    let (s, _, h) = b.get("/onus").await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/onus/login"));
+    let (s, _, h) = b.get("/onus/").await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/onus"));
+    let (s, _, h) = b.post("/onus/login", &[("token", &w.token)], &[]).await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/onus"));
+    b.cookie = Some(
+        h["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_string(),
+    );
+    let (s, overview, _) = b.get("/onus").await;
+    assert_eq!(s, 200, "{overview}");
+    for link in [
+        "href=\"/onus/jobs\"",
+        "href=\"/onus/assets/panel.css\"",
+        "href=\"/onus\"",
+    ] {
+        assert!(overview.contains(link), "{link} in {overview}");
+    }
+    for path in [
+        "/onus/jobs",
+        "/onus/assets/panel.css",
+        "/onus/assets/panel.js",
+        "/onus/kinds",
+    ] {
+        let (s, page, _) = b.get(path).await;
+        assert_eq!(s, 200, "{path}: {page}");
+    }
+    let (s, _, h) = b
+        .post(
+            "/onus/queues/action",
+            &[
+                ("csrf", &csrf_of(&overview)),
+                ("name", "reports"),
+                ("action", "pause"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/onus"));
+    let (_, q) = w.get("/api/v1/queues").await;
+    let reports = q["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "reports");
+    assert_eq!(reports.unwrap()["paused"], true, "{q}");
+    // Outside the base path the API still answers and the panel does not.
+    let (s, _, _) = b.get("/jobs").await;
+    assert_eq!(s, 404);
 }

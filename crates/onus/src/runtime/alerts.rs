@@ -43,6 +43,11 @@ static OPEN_UPTO: Sql = Sql::new(
     "SELECT COUNT(*) AS n FROM (SELECT id FROM onus_alerts WHERE acked_at IS NULL LIMIT $1) AS o",
 );
 
+static ACK_ALL: Sql = Sql::new(
+    ALERTS,
+    "UPDATE onus_alerts SET acked_at = $1 WHERE acked_at IS NULL",
+);
+
 struct Count(i64);
 
 impl FromRow for Count {
@@ -76,6 +81,14 @@ impl Client {
             .read_rows(&OPEN_UPTO, vec![cap.into()])
             .await?;
         Ok(rows.first().map_or(0, |c| c.0.max(0) as u64))
+    }
+
+    /// Acknowledges every open alert in one statement; how many it acknowledged.
+    pub async fn ack_all_alerts(&self) -> Result<u64, Error> {
+        let now = self.now();
+        Ok(Db::new(self.shared.store.clone())
+            .execute(&ACK_ALL, vec![now.into()])
+            .await?)
     }
 
     /// One alert, if there is one with that id.
