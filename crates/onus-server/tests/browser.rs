@@ -294,6 +294,10 @@ async fn scenario(backend: Backend, d: &Driver) {
     .await;
     wait_page(&c, &format!("{}/events/browser-1", w.base), "completed").await;
     shoot(&c, &format!("{tag}-event")).await;
+    // The overview once the scenarios above have filled it.
+    c.goto(&format!("{}/", w.base)).await.unwrap();
+    wait_text(&c, "h1", "Overview").await;
+    shoot(&c, &format!("{tag}-overview-end")).await;
     for page in ["kinds", "events", "alerts", "endpoints"] {
         c.goto(&format!("{}/{page}", w.base)).await.unwrap();
         c.find(Locator::Css("h1")).await.unwrap();

@@ -352,6 +352,11 @@ pub async fn events(
     params: Result<Query<EventParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<EventPage>, ApiError> {
     let Query(p) = params.map_err(|e| ApiError::invalid(e.body_text()))?;
+    Ok(Json(event_page(&app, &p).await?))
+}
+
+/// One page of events: what `GET /events` and the panel show.
+pub async fn event_page(app: &App, p: &EventParams) -> Result<EventPage, ApiError> {
     let limit = super::page_size(&p.limit, 50, MAX_PAGE)?;
     let cursor = match &p.cursor {
         None => None,
@@ -372,10 +377,10 @@ pub async fn events(
         )
         .await?;
     let (events, next_cursor) = super::paged(rows, limit, |e| e.id.to_string());
-    Ok(Json(EventPage {
+    Ok(EventPage {
         events,
         next_cursor,
-    }))
+    })
 }
 
 /// One event.

@@ -298,46 +298,49 @@ pub async fn endpoint_edit(
 }
 
 /// The filter of the events page.
-#[derive(Debug, Default, Deserialize)]
-pub struct EventFilter {
-    tenant: Option<String>,
-    #[serde(rename = "type")]
-    event_type: Option<String>,
-}
-
-/// Events, newest first, with filters.
+/// Events, newest first, with filters and pages.
 pub async fn events(
     State(panel): State<Panel>,
     Authed(s): Authed,
-    Query(p): Query<EventFilter>,
+    Query(mut p): Query<crate::api::hooks::EventParams>,
 ) -> Response {
-    let tenant = p.tenant.filter(|t| !t.is_empty());
-    let ty = p.event_type.filter(|t| !t.is_empty());
-    let list = match panel
-        .app
-        .webhooks
-        .events(tenant.as_deref(), ty.as_deref(), 100, None)
-        .await
-    {
+    for v in [
+        &mut p.tenant,
+        &mut p.event_type,
+        &mut p.limit,
+        &mut p.cursor,
+    ] {
+        if v.as_deref() == Some("") {
+            *v = None;
+        }
+    }
+    let page = match crate::api::hooks::event_page(&panel.app, &p).await {
         Ok(l) => l,
-        Err(e) => return err_page(&panel, &s, e.into()),
+        Err(e) => return err_page(&panel, &s, e),
     };
     let open = panel.badge().await;
+    let (tenant, ty) = (
+        p.tenant.clone().unwrap_or_default(),
+        p.event_type.clone().unwrap_or_default(),
+    );
     let body = html! {
         form method="get" action=(panel.href("/events")) class="filters" {
-            label { "Tenant " input name="tenant" value=(tenant.unwrap_or_default()); }
-            label { "Type " input name="type" value=(ty.unwrap_or_default()); }
+            label { "Tenant " input name="tenant" value=(tenant); }
+            label { "Type " input name="type" value=(ty); }
             button type="submit" { "Filter" }
         }
         table {
             thead { tr { th { "Event" } th { "Type" } th { "Tenant" } th { "Published" } } }
-            tbody { @for e in &list { tr {
+            tbody { @for e in &page.events { tr {
                 td { a href=(panel.href(&format!("/events/{}", e.id))) { (e.id) } }
                 td { (e.event_type) } td { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
                 td { (ts(Some(e.created_at))) }
             } } }
         }
-        @if list.is_empty() { p { "No event." } }
+        @if page.events.is_empty() { p { "No event." } }
+        @if let Some(c) = &page.next_cursor {
+            a class="next" href=(panel.href(&format!("/events?{}", super::pages::pairs(&[("tenant", &tenant), ("type", &ty), ("cursor", c)])))) { "Next page" }
+        }
     };
     layout(&panel, Some(&s), "Events", open, body).into_response()
 }

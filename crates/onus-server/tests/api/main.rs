@@ -63,6 +63,7 @@ onus_testkit::both!(
         every_page_renders_and_a_bulk_action_confirms_its_count,
         every_page_renders_empty_and_with_thousands_in_every_state,
         the_panel_works_under_a_base_path,
+        events_come_in_pages_with_their_filters,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
 );

@@ -536,3 +536,42 @@ pub async fn the_panel_works_under_a_base_path(w: World) {
     let (s, _, _) = b.get("/jobs").await;
     assert_eq!(s, 404);
 }
+
+pub async fn events_come_in_pages_with_their_filters(w: World) {
+    // 60 events of a tenant whose name needs encoding, 60 of another.
+    for i in 0..120 {
+        let tenant = if i % 2 == 0 { "acme & co" } else { "other" };
+        let (s, _) = w
+            .post(
+                "/api/v1/events",
+                json!({"type": "t", "payload": {"i": i}, "id": format!("ev-{i}"), "tenant": tenant}),
+            )
+            .await;
+        assert_eq!(s, 202);
+    }
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    let (s, first, _) = b.get("/events?tenant=acme+%26+co&type=t").await;
+    assert_eq!(s, 200, "{first}");
+    assert!(
+        first.contains(">ev-118<") && !first.contains(">ev-119<"),
+        "{first}"
+    );
+    assert!(
+        !first.contains(">ev-0<"),
+        "50 a page: the oldest is on the next"
+    );
+    let at = first.find("class=\"next\" href=\"").expect("a next page") + 19;
+    let next = first[at..at + first[at..].find('"').unwrap()].replace("&amp;", "&");
+    assert!(
+        next.contains("tenant=acme+%26+co"),
+        "the link keeps the filter: {next}"
+    );
+    let (s, second, _) = b.get(&next).await;
+    assert_eq!(s, 200, "{second}");
+    assert!(
+        second.contains(">ev-0<") && !second.contains(">ev-118<"),
+        "{second}"
+    );
+    assert!(!second.contains(">ev-1<"), "only the tenant's events");
+}
