@@ -4,12 +4,11 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::pages::{err_page, layout};
-use super::{check_csrf, Authed, Panel};
+use super::{Authed, Panel, Posted};
 use crate::api::ApiError;
 
 fn ts(t: Option<onus::Timestamp>) -> String {
@@ -83,7 +82,6 @@ pub async fn endpoints(
 /// The add-an-endpoint form.
 #[derive(Debug, Deserialize)]
 pub struct NewEndpointForm {
-    csrf: Option<String>,
     url: String,
     tenant: Option<String>,
     event_types: Option<String>,
@@ -101,14 +99,7 @@ fn list(v: &Option<String>) -> Vec<String> {
 }
 
 /// Adds an endpoint and shows its secret, once.
-pub async fn create(
-    State(panel): State<Panel>,
-    Authed(s): Authed,
-    Form(f): Form<NewEndpointForm>,
-) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
+pub async fn create(State(panel): State<Panel>, Posted(s, f): Posted<NewEndpointForm>) -> Response {
     let new = onus_webhooks::NewEndpoint {
         url: f.url.trim().to_string(),
         tenant: f.tenant.filter(|t| !t.trim().is_empty()),
@@ -220,20 +211,15 @@ pub async fn endpoint(
 /// An endpoint action.
 #[derive(Debug, Deserialize)]
 pub struct EndpointAction {
-    csrf: Option<String>,
     action: String,
 }
 
 /// Enable, disable, test, redeliver, rotate the secret, or delete.
 pub async fn endpoint_action(
     State(panel): State<Panel>,
-    Authed(s): Authed,
     Path(id): Path<String>,
-    Form(f): Form<EndpointAction>,
+    Posted(s, f): Posted<EndpointAction>,
 ) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
     let h = &panel.app.webhooks;
     let back = format!("/endpoints/{id}");
     let done = match f.action.as_str() {
@@ -269,7 +255,6 @@ pub async fn endpoint_action(
 /// The edit form.
 #[derive(Debug, Deserialize)]
 pub struct EditForm {
-    csrf: Option<String>,
     url: String,
     event_types: Option<String>,
     description: Option<String>,
@@ -278,13 +263,9 @@ pub struct EditForm {
 /// Saves an endpoint's URL, event types and description.
 pub async fn endpoint_edit(
     State(panel): State<Panel>,
-    Authed(s): Authed,
     Path(id): Path<String>,
-    Form(f): Form<EditForm>,
+    Posted(s, f): Posted<EditForm>,
 ) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
     let up = onus_webhooks::EndpointUpdate {
         url: Some(f.url.trim().to_string()),
         event_types: Some(list(&f.event_types)),

@@ -171,10 +171,39 @@ impl IntoResponse for CsrfRefused {
 }
 
 /// A form's CSRF field, checked against the session; a POST without it changes nothing.
-pub fn check_csrf(session: &Session, given: Option<&str>) -> Result<(), CsrfRefused> {
+fn check_csrf(session: &Session, given: Option<&str>) -> Result<(), CsrfRefused> {
     match given {
         Some(g) if Sessions::csrf_ok(session, g) => Ok(()),
         _ => Err(CsrfRefused),
+    }
+}
+
+/// A state-changing form: the caller's session (as [`Authed`]) and the form's fields, given to
+/// the handler only when the form carries the session's CSRF token. Otherwise the answer is 403
+/// before the handler runs, so no POST route can forget the check.
+#[derive(Debug)]
+pub struct Posted<F>(pub Session, pub F);
+
+impl<F: serde::de::DeserializeOwned> axum::extract::FromRequest<Panel> for Posted<F> {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, panel: &Panel) -> Result<Self, Response> {
+        let (mut parts, body) = req.into_parts();
+        let Authed(s) = Authed::from_request_parts(&mut parts, panel)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let req = axum::extract::Request::from_parts(parts, body);
+        let bytes = axum::body::Bytes::from_request(req, panel)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let given = url::form_urlencoded::parse(&bytes)
+            .find(|(k, _)| k == "csrf")
+            .map(|(_, v)| v.into_owned());
+        check_csrf(&s, given.as_deref()).map_err(IntoResponse::into_response)?;
+        let fields = serde_urlencoded::from_bytes(&bytes).map_err(|e| {
+            (StatusCode::UNPROCESSABLE_ENTITY, format!("form: {e}")).into_response()
+        })?;
+        Ok(Posted(s, fields))
     }
 }
 
@@ -244,19 +273,11 @@ async fn login(
     r
 }
 
+/// A form with nothing but its CSRF token.
 #[derive(Debug, Deserialize)]
-struct CsrfForm {
-    csrf: Option<String>,
-}
+struct NoFields {}
 
-async fn logout(
-    State(panel): State<Panel>,
-    Authed(s): Authed,
-    Form(f): Form<CsrfForm>,
-) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
+async fn logout(State(panel): State<Panel>, _: Posted<NoFields>) -> Response {
     let path = if panel.base.is_empty() {
         "/"
     } else {

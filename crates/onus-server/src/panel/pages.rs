@@ -3,11 +3,10 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Form;
 use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 
-use super::{check_csrf, Authed, Panel, Session};
+use super::{Authed, Panel, Posted, Session};
 use crate::api::jobs::{self, Bulk, BulkBody, ListParams};
 use crate::api::{queues, ApiError};
 
@@ -349,7 +348,6 @@ pub async fn jobs(
 
 #[derive(Debug, Deserialize)]
 pub struct BulkForm {
-    csrf: Option<String>,
     action: String,
     query: String,
     confirm: Option<String>,
@@ -372,14 +370,7 @@ fn bulk_body(query: &str) -> Result<BulkBody, ApiError> {
 }
 
 /// A bulk action: first a confirmation showing the count (a dry run), then the action.
-pub async fn jobs_bulk(
-    State(panel): State<Panel>,
-    Authed(s): Authed,
-    Form(f): Form<BulkForm>,
-) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
+pub async fn jobs_bulk(State(panel): State<Panel>, Posted(s, f): Posted<BulkForm>) -> Response {
     let action = match f.action.as_str() {
         "retry" => Bulk::Retry,
         "cancel" => Bulk::Cancel,
@@ -510,27 +501,21 @@ pub async fn job(
 /// A queue's pause or resume: the name travels in the form, so any name works.
 #[derive(Debug, Deserialize)]
 pub struct QueueForm {
-    csrf: Option<String>,
     name: String,
     action: String,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct ActionForm {
-    csrf: Option<String>,
     action: String,
 }
 
 /// Retry or cancel one job, then back to its page.
 pub async fn job_action(
     State(panel): State<Panel>,
-    Authed(s): Authed,
     Path(id): Path<String>,
-    Form(f): Form<ActionForm>,
+    Posted(s, f): Posted<ActionForm>,
 ) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
     let done = async {
         let id = jobs::job_id(&id)?;
         match f.action.as_str() {
@@ -552,14 +537,7 @@ pub async fn job_action(
 }
 
 /// Pause or resume a queue, then back to the overview.
-pub async fn queue_action(
-    State(panel): State<Panel>,
-    Authed(s): Authed,
-    Form(f): Form<QueueForm>,
-) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
+pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<QueueForm>) -> Response {
     let name = f.name;
     let done = match f.action.as_str() {
         "pause" => panel.app.client.pause_queue(&name).await.map(|_| ()),
@@ -626,19 +604,11 @@ pub async fn alerts(State(panel): State<Panel>, Authed(s): Authed) -> Response {
 
 #[derive(Debug, Deserialize)]
 pub struct AckForm {
-    csrf: Option<String>,
     id: Option<i64>,
 }
 
 /// Acknowledges one alert, or every open one.
-pub async fn alerts_ack(
-    State(panel): State<Panel>,
-    Authed(s): Authed,
-    Form(f): Form<AckForm>,
-) -> Response {
-    if let Err(r) = check_csrf(&s, f.csrf.as_deref()) {
-        return r.into_response();
-    }
+pub async fn alerts_ack(State(panel): State<Panel>, Posted(s, f): Posted<AckForm>) -> Response {
     let done = async {
         match f.id {
             Some(id) => {
