@@ -278,7 +278,6 @@ pub async fn endpoint_edit(
     }
 }
 
-/// The filter of the events page.
 /// Events, newest first, with filters and pages.
 pub async fn events(
     State(panel): State<Panel>,
