@@ -68,9 +68,10 @@ async fn fuzz(backend: Backend, bin: PathBuf) {
         .await;
     let url = format!("{}/api/v1/openapi.json", w.base);
     let auth = format!("Authorization: Bearer {}", w.token);
-    for (round, seed) in ["20261201", "20261202"].into_iter().enumerate() {
+    let seeds = ["20261201", "20261202", "20261203"];
+    for (round, seed) in seeds.into_iter().enumerate() {
         let out = tokio::process::Command::new(&bin)
-            .args(["run", &url, "-H", &auth, "--no-color", "--max-examples", "20", "--seed", seed, "-w", "2"])
+            .args(["run", &url, "-H", &auth, "--no-color", "--max-examples", "20", "--seed", seed, "-w", "1"])
             .args(["--phases", "examples,coverage,fuzzing"])
             .args(["--checks", "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"])
             .output()
@@ -85,10 +86,13 @@ async fn fuzz(backend: Backend, bin: PathBuf) {
             return;
         }
         // A crash inside the generator itself (no check failed) is the tool's, not the API's:
-        // run once more with another seed. A failed check fails the test at once.
+        // run again with another seed (three in all). A failed check fails the test at once. One worker
+        // thread: with two, CPython 3.11's parser (which the generator calls to describe its
+        // strategies) can fail with "AST constructor recursion depth mismatch" when two threads
+        // parse at once.
         let tool_crash = !text.contains("= FAILURES =") && text.contains("Runtime Error");
         assert!(
-            tool_crash && round == 0,
+            tool_crash && round + 1 < seeds.len(),
             "schemathesis found problems on {backend:?}:\n{text}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
