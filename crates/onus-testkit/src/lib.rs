@@ -16,6 +16,7 @@
 pub mod backend;
 pub mod proxy;
 pub mod sink;
+pub mod smtp;
 
 pub use backend::{Backend, TestDb};
 pub use proxy::TcpProxy;
@@ -322,7 +323,7 @@ impl Drop for PgCluster {
 }
 
 /// A CA and a server certificate it signed (for 127.0.0.1 and localhost), made with `openssl`.
-fn make_certificates(dir: &Path) -> Result<(), PgError> {
+pub fn make_certificates(dir: &Path) -> Result<(), PgError> {
     let run = |args: &[&str]| -> Result<(), PgError> {
         let out = Command::new("openssl")
             .args(args)

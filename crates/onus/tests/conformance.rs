@@ -48,6 +48,8 @@ onus_testkit::both!(
                 batch_insert_is_all_or_nothing,
                 never_claims_unknown_kinds,
                 exhausted_jobs_raise_an_alert,
+                complete_with_commits_the_job_and_its_writes_together,
+                a_kinds_args_check_refuses_bad_inserts,
             ],
             actions: [
                 manual_retry_runs_now_with_one_more_attempt,

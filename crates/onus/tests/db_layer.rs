@@ -205,3 +205,40 @@ onus_testkit::both!(
     a_component_write_commits_with_its_job_or_neither,
     an_operation_the_caller_gives_up_on_is_rolled_back,
 );
+
+/// PostgreSQL prints a jsonb number in full (f64::MAX as 309 digits); it must read back as the
+/// number that was written, not fail as out of range (a payload the API fuzz found).
+#[tokio::test]
+async fn json_numbers_at_the_edges_of_f64_read_back() {
+    for backend in [
+        onus_testkit::Backend::Sqlite,
+        onus_testkit::Backend::Postgres,
+    ] {
+        let db = onus_testkit::TestDb::new(backend).await;
+        let store = onus::open(&db.url).await.unwrap();
+        static Q: onus::db::Sql =
+            onus::db::Sql::per_backend("t", "SELECT $1 AS j", "SELECT $1::jsonb AS j");
+        let v = serde_json::json!([
+            f64::MAX,
+            f64::MIN,
+            5e-324,
+            -3.9782416356110956e-199,
+            -476716905612081758208.0
+        ]);
+        let p = vec![onus::db::Value::Json(v.clone())];
+        let rows: Vec<onus::db::Row> = onus::db::Db::new(store.clone())
+            .read(move |tx| {
+                Box::pin(async move {
+                    use onus::db::Tx;
+                    tx.query(&Q, &p).await
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            rows[0].get::<serde_json::Value>("j").unwrap(),
+            v,
+            "{backend:?}"
+        );
+    }
+}

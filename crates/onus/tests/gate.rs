@@ -136,3 +136,37 @@ fn an_http_client_outside_onus_http_or_with_retries_is_caught() {
     let (ok, out) = gate(t.path());
     assert!(ok, "{out}");
 }
+
+#[test]
+fn an_smtp_client_outside_onus_mail_or_a_pooled_one_is_caught() {
+    let t = tree(&[(
+        "crates/onus-webhooks/src/notify.rs",
+        "fn m() { let t = lettre::SmtpTransport::relay(\"relay.example.com\"); }\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(!ok, "{out}");
+    assert!(out.contains("outside crates/onus-mail"), "{out}");
+    let t = tree(&[(
+        "crates/onus-mail/src/send.rs",
+        "fn m() { let t = AsyncSmtpTransport::<Tokio1Executor>::from_url(u); }\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(!ok, "{out}");
+    assert!(out.contains("pooled SMTP transport"), "{out}");
+    let t = tree(&[(
+        "crates/onus-server/Cargo.toml",
+        "[dependencies]\nlettre = \"0.11\"\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("SMTP client outside crates/onus-mail"),
+        "{out}"
+    );
+    let t = tree(&[(
+        "crates/onus-mail/src/smtp.rs",
+        "fn m() { let c = AsyncSmtpConnection::connect_tokio1(a, t, h, None, None); }\n",
+    )]);
+    let (ok, out) = gate(t.path());
+    assert!(ok, "{out}");
+}

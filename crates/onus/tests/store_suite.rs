@@ -12,7 +12,7 @@ use chrono::TimeDelta;
 use onus::job::{EntryClass, HistoryEntry};
 use onus::outcome::Transition;
 use onus::store::{
-    ClaimRequest, Finish, HeldJob, InsertRow, LeaseDecision, RateDecision, Retention,
+    ClaimRequest, Finish, HeldJob, InsertRow, LeaseDecision, RateAsk, RateDecision, Retention,
 };
 use onus::{DiscardReason, Job, JobFilter, JobState, Store, Timestamp};
 use onus_testkit::{Backend, TestDb};
@@ -275,34 +275,92 @@ async fn a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter(backend: Bac
     assert_eq!(w.store.lease_busy_until("k").await.unwrap(), None);
 }
 
+async fn take(w: &World, key: &str, max: u32, at: Timestamp) -> RateDecision {
+    let ask = RateAsk {
+        key: key.into(),
+        max,
+        window: Duration::from_secs(3600),
+    };
+    let mut v = w.store.take_rates(&[ask], at).await.unwrap();
+    assert_eq!(v.len(), 1);
+    v.remove(0)
+}
+
 async fn a_rate_window_counts_uses_and_names_the_next_window(backend: Backend) {
     let w = world(backend).await;
-    let hour = Duration::from_secs(3600);
     let at = w.now + secs(10);
+    assert_eq!(take(&w, "r", 2, at).await, RateDecision::Taken { left: 1 });
+    assert_eq!(take(&w, "r", 2, at).await, RateDecision::Taken { left: 0 });
     assert_eq!(
-        w.store.take_rate("r", 2, hour, at).await.unwrap(),
-        RateDecision::Taken { left: 1 }
-    );
-    assert_eq!(
-        w.store.take_rate("r", 2, hour, at).await.unwrap(),
-        RateDecision::Taken { left: 0 }
-    );
-    assert_eq!(
-        w.store.take_rate("r", 2, hour, at).await.unwrap(),
+        take(&w, "r", 2, at).await,
         RateDecision::Spent(w.now + secs(3600))
     );
     assert_eq!(
-        w.store
-            .take_rate("r", 2, hour, w.now + secs(3600))
-            .await
-            .unwrap(),
+        take(&w, "r", 2, w.now + secs(3600)).await,
         RateDecision::Taken { left: 1 },
         "a new window"
     );
     assert_eq!(
-        w.store.take_rate("other", 2, hour, at).await.unwrap(),
+        take(&w, "other", 2, at).await,
         RateDecision::Taken { left: 1 },
         "keys are apart"
+    );
+}
+
+async fn rate_windows_are_taken_all_or_none(backend: Backend) {
+    let w = world(backend).await;
+    let at = w.now + secs(10);
+    let hour = Duration::from_secs(3600);
+    let ask = |key: &str, max: u32| RateAsk {
+        key: key.into(),
+        max,
+        window: hour,
+    };
+    assert_eq!(
+        take(&w, "full", 1, at).await,
+        RateDecision::Taken { left: 0 }
+    );
+    // One spent window: nothing is taken from the others.
+    let answers = w
+        .store
+        .take_rates(&[ask("a", 2), ask("full", 1), ask("b", 2)], at)
+        .await
+        .unwrap();
+    assert_eq!(
+        answers,
+        vec![
+            RateDecision::Taken { left: 1 },
+            RateDecision::Spent(w.now + secs(3600)),
+            RateDecision::Taken { left: 1 },
+        ]
+    );
+    assert_eq!(
+        take(&w, "a", 2, at).await,
+        RateDecision::Taken { left: 1 },
+        "a was not taken"
+    );
+    // The same key twice takes two uses; past its max it is spent, and nothing is taken.
+    assert_eq!(
+        w.store
+            .take_rates(&[ask("c", 1), ask("c", 1)], at)
+            .await
+            .unwrap()[1],
+        RateDecision::Spent(w.now + secs(3600))
+    );
+    assert_eq!(
+        w.store
+            .take_rates(&[ask("d", 2), ask("d", 2)], at)
+            .await
+            .unwrap(),
+        vec![
+            RateDecision::Taken { left: 1 },
+            RateDecision::Taken { left: 0 }
+        ]
+    );
+    assert_eq!(take(&w, "c", 1, at).await, RateDecision::Taken { left: 0 });
+    assert_eq!(
+        take(&w, "d", 2, at).await,
+        RateDecision::Spent(w.now + secs(3600))
     );
 }
 
@@ -598,6 +656,7 @@ onus_testkit::both!(
     heartbeat_renews_held_jobs_and_reports_lost_and_cancelled,
     a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter,
     a_rate_window_counts_uses_and_names_the_next_window,
+    rate_windows_are_taken_all_or_none,
     a_period_is_enqueued_once,
     a_rescue_applies_only_to_a_lease_that_really_expired,
     retry_cancel_and_retention,

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use crate::store::{InsertRow, Inserted, Store, StoreError, StoreResult};
+use crate::store::{Finish, InsertRow, Inserted, Store, StoreError, StoreResult};
 
 pub mod migrate;
 pub(crate) mod postgres;
@@ -148,6 +148,11 @@ pub trait Tx {
     /// with the transaction or not at all.
     async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted>;
 
+    /// Records a finished attempt in this transaction, guarded like [`Store::finish`] (the job
+    /// must still be running this attempt for its owner): false when it was not. Handlers use it
+    /// through [`crate::JobContext::complete_with`].
+    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool>;
+
     /// Runs `sql` and decodes each row as `R`.
     async fn fetch<R: FromRow>(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<R>> {
         self.query(sql, params)
@@ -196,6 +201,10 @@ impl Tx for SqliteTx<'_> {
 
     async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
         crate::store::sqlite::insert_tx(self.conn, row)
+    }
+
+    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
+        crate::store::sqlite::finish_one(self.conn, finish, false)
     }
 }
 
@@ -261,6 +270,16 @@ impl Tx for PgTx<'_> {
             PgConn::Client(c) => crate::store::postgres::insert_tx(c, row).await,
         }
     }
+
+    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
+        match self.conn {
+            PgConn::Tx(t) => crate::store::postgres::finish_in(t, finish).await,
+            PgConn::Client(_) => Err(StoreError::Query(
+                "a finished attempt is recorded inside a transaction, not on a bare connection"
+                    .into(),
+            )),
+        }
+    }
 }
 
 /// The transaction [`Db::tx`] hands an operation: on whichever backend the store runs.
@@ -298,6 +317,13 @@ impl Tx for AnyTx<'_> {
         match self {
             AnyTx::Sqlite(t) => t.insert_job(row).await,
             AnyTx::Postgres(t) => t.insert_job(row).await,
+        }
+    }
+
+    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
+        match self {
+            AnyTx::Sqlite(t) => t.finish_job(finish).await,
+            AnyTx::Postgres(t) => t.finish_job(finish).await,
         }
     }
 }

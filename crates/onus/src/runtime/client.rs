@@ -380,6 +380,9 @@ pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Er
             "{path} contains a NUL character (\\u0000), which the database cannot store; remove it or encode the value (base64, say)"
         )));
     }
+    if let Some(check) = kind.and_then(|k| k.check.as_ref()) {
+        check(&job.args).map_err(Error::Invalid)?;
+    }
     let max_attempts = match job.max_attempts {
         Some(0) => return Err(Error::Invalid("max_attempts must be at least 1".into())),
         Some(n) => n,

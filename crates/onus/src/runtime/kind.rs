@@ -3,16 +3,19 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Timestamp};
+use crate::db::{AnyTx, LocalFuture, Tx};
 use crate::job::{decode_args, Job, JobArgs};
 use crate::limits::{RateWindow, WhenSpent};
+use crate::outcome::Transition;
 use crate::outcome::{JobError, JobResult};
 use crate::policy::Policy;
-use crate::store::{RateDecision, Store};
+use crate::store::{RateAsk, RateDecision, Store, StoreError};
 
 /// A boxed handler future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = JobResult> + Send + 'static>>;
@@ -42,7 +45,11 @@ pub struct Kind {
     pub(crate) queue: String,
     pub(crate) lease_slots: u32,
     pub(crate) handler: Option<Arc<dyn Handler>>,
+    pub(crate) check: Option<ArgsCheck>,
 }
+
+/// A kind's check of the args of a job being inserted (see [`Kind::check_args`]).
+pub type ArgsCheck = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + Send + Sync>;
 
 impl fmt::Debug for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,6 +72,7 @@ impl Kind {
             queue: crate::DEFAULT_QUEUE.into(),
             lease_slots: 1,
             handler: None,
+            check: None,
         }
     }
 
@@ -88,6 +96,17 @@ impl Kind {
     /// How many jobs holding the same lease key may run at once (default 1).
     pub fn lease_slots(mut self, n: u32) -> Self {
         self.lease_slots = n.max(1);
+        self
+    }
+
+    /// Checks the args of every job of this kind inserted through this process's client: an
+    /// `Err` refuses the insert ([`crate::Error::Invalid`], a 422 at the HTTP API) with its message,
+    /// which should name the field and say what to fix.
+    pub fn check_args(
+        mut self,
+        f: impl Fn(&serde_json::Value) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.check = Some(Arc::new(f));
         self
     }
 
@@ -145,6 +164,10 @@ pub struct JobContext {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) client: super::Client,
+    /// The lease key this attempt holds, released when it completes.
+    pub(crate) held_lease: Option<String>,
+    /// Set once [`JobContext::complete_with`] committed the job's completion.
+    pub(crate) completed: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for JobContext {
@@ -191,31 +214,93 @@ impl JobContext {
     /// Takes one use of `limit` for `key`. When the window is spent this returns the error to
     /// propagate with `?`: a snooze to the next window, or a drop, as the limit says.
     pub async fn take(&self, limit: &RateWindow, key: &str) -> Result<(), JobError> {
-        let stored = format!("{}:{key}", limit.name);
-        match self
-            .store
-            .take_rate(&stored, limit.max, limit.window, self.clock.now())
-            .await
-        {
-            Ok(RateDecision::Taken { .. }) => Ok(()),
-            Ok(RateDecision::Spent(next)) => Err(match limit.when_spent {
-                WhenSpent::Snooze => JobError::snooze_until(
-                    next,
-                    format!(
-                        "rate window {} spent for {key} ({} per {})",
-                        limit.name,
-                        limit.max,
-                        crate::policy::human(limit.window)
-                    ),
-                ),
-                WhenSpent::Drop => JobError::Drop(format!(
-                    "rate window {} spent for {key} ({} per {}): dropped on purpose",
-                    limit.name,
-                    limit.max,
-                    crate::policy::human(limit.window)
-                )),
-            }),
-            Err(e) => Err(JobError::Retryable(Box::new(e))),
+        self.take_all(&[(limit, key)]).await
+    }
+
+    /// Takes one use of each `(limit, key)`, all or none: when any window is spent nothing is
+    /// taken and this returns the error to propagate with `?`. A spent limit that drops wins over
+    /// one that snoozes (the job would be dropped anyway); otherwise the job snoozes until every
+    /// spent window has passed.
+    pub async fn take_all(&self, limits: &[(&RateWindow, &str)]) -> Result<(), JobError> {
+        if limits.is_empty() {
+            return Ok(());
         }
+        let asks: Vec<RateAsk> = limits
+            .iter()
+            .map(|(l, key)| RateAsk {
+                key: format!("{}:{key}", l.name),
+                max: l.max,
+                window: l.window,
+            })
+            .collect();
+        let answers = self
+            .store
+            .take_rates(&asks, self.clock.now())
+            .await
+            .map_err(|e| JobError::Retryable(Box::new(e)))?;
+        let spent: Vec<(&RateWindow, &str, Timestamp)> = limits
+            .iter()
+            .zip(&answers)
+            .filter_map(|((l, k), a)| match a {
+                RateDecision::Spent(next) => Some((*l, *k, *next)),
+                RateDecision::Taken { .. } => None,
+            })
+            .collect();
+        let say = |l: &RateWindow, key: &str| {
+            format!(
+                "rate window {} spent for {key} ({} per {})",
+                l.name,
+                l.max,
+                crate::policy::human(l.window)
+            )
+        };
+        if let Some((l, key, _)) = spent
+            .iter()
+            .find(|(l, _, _)| l.when_spent == WhenSpent::Drop)
+        {
+            return Err(JobError::Drop(format!(
+                "{}: dropped on purpose",
+                say(l, key)
+            )));
+        }
+        match spent.iter().max_by_key(|(_, _, next)| *next) {
+            None => Ok(()),
+            Some((l, key, next)) => Err(JobError::snooze_until(*next, say(l, key))),
+        }
+    }
+
+    /// Completes this job in one transaction with `op`'s writes: both commit, or neither (the
+    /// job then runs again as the handler's answer says). Use it for the step that records a side
+    /// effect as done ("send, then mark"): a crash before the commit runs the effect again, never
+    /// loses the mark. `op` runs after the job's completion is written, so it never runs for an
+    /// attempt whose lease was lost; its error rolls both back and is returned as it was. Once this
+    /// returns `Ok` the job is completed whatever the handler returns afterwards.
+    pub async fn complete_with<R, E, F>(&self, op: F) -> Result<R, E>
+    where
+        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let finish = super::worker::finish_of(
+            &self.client.shared,
+            &self.job,
+            Transition::Complete,
+            self.held_lease.clone(),
+        );
+        let id = self.job.id;
+        let out = crate::db::Db::new(self.store.clone())
+            .tx(move |tx| {
+                Box::pin(async move {
+                    if !tx.finish_job(&finish).await? {
+                        return Err(E::from(StoreError::Conflict(format!(
+                            "job {id} is no longer this attempt's (its lease was lost): nothing was written"
+                        ))));
+                    }
+                    op(tx).await
+                })
+            })
+            .await?;
+        self.completed.store(true, Ordering::SeqCst);
+        Ok(out)
     }
 }

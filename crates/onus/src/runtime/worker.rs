@@ -160,6 +160,10 @@ pub(crate) struct Outcome {
     /// The kind and how long the attempt ran, counted in the metrics once the outcome is
     /// recorded (an outcome refused by its lease guard was never this process's to count).
     pub(crate) counted: Option<(String, Option<Duration>)>,
+    /// The handler completed the job in its own transaction
+    /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): this write finds it
+    /// done, which is no lost lease.
+    pub(crate) pre_completed: bool,
 }
 
 impl Outcome {
@@ -169,6 +173,7 @@ impl Outcome {
             finish,
             hold: None,
             counted: None,
+            pre_completed: false,
         }
     }
 }
@@ -248,6 +253,17 @@ fn send_counted(
     hold: &Hold,
     counted: Option<(String, Option<Duration>)>,
 ) {
+    send_outcome(shared, finish, f, hold, counted, false)
+}
+
+fn send_outcome(
+    shared: &Shared,
+    finish: &mpsc::UnboundedSender<Outcome>,
+    f: Finish,
+    hold: &Hold,
+    counted: Option<(String, Option<Duration>)>,
+    pre_completed: bool,
+) {
     let id = f.id;
     shared.hub.finishing(id, hold.serial);
     if finish
@@ -255,6 +271,7 @@ fn send_counted(
             finish: f,
             hold: Some(hold.serial),
             counted,
+            pre_completed,
         })
         .is_err()
     {
@@ -327,6 +344,7 @@ async fn execute(
         return; // fenced before it could start
     }
     let job = Arc::new(job);
+    let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ctx = JobContext {
         job: job.clone(),
         cancel: cancel.clone(),
@@ -335,6 +353,8 @@ async fn execute(
         client: super::Client {
             shared: shared.clone(),
         },
+        held_lease: release_lease.clone(),
+        completed: completed.clone(),
     };
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
     let began = Instant::now();
@@ -391,12 +411,20 @@ async fn execute(
         }
         None => Transition::Return,
     };
-    send_counted(
+    // Completed in the handler's own transaction: that is the outcome, whatever came after.
+    let pre_completed = completed.load(std::sync::atomic::Ordering::SeqCst);
+    let transition = if pre_completed {
+        Transition::Complete
+    } else {
+        transition
+    };
+    send_outcome(
         shared,
         finish,
         finish_of(shared, &job, transition, release_lease),
         hold,
         Some((job.kind.clone(), Some(began.elapsed()))),
+        pre_completed,
     );
 }
 
@@ -586,6 +614,7 @@ fn recorded(shared: &Shared, outcomes: &[Outcome], applied: &[bool]) {
     let mut woken = false;
     for (o, ok) in outcomes.iter().zip(applied) {
         let f = &o.finish;
+        let ok = *ok || o.pre_completed;
         if !ok {
             tracing::warn!(
                 job = f.id,

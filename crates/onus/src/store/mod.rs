@@ -450,6 +450,56 @@ pub enum LeaseDecision {
     Busy(Timestamp),
 }
 
+/// One use of a rate window to take (see [`Store::take_rates`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateAsk {
+    /// The stored key (`name:key`).
+    pub key: String,
+    /// Uses allowed per window.
+    pub max: u32,
+    /// The window's length.
+    pub window: Duration,
+}
+
+impl RateAsk {
+    /// The window `now` falls in, as (start, end) in Unix microseconds.
+    pub(crate) fn window_at(&self, now: Timestamp) -> (i64, i64) {
+        let w = (self.window.as_micros() as i64).max(1);
+        let start = now.timestamp_micros().div_euclid(w) * w;
+        (start, start + w)
+    }
+
+    /// The answers to `asks` given how many uses each window already had (`used`, in order):
+    /// all taken, or none (`None` when any is spent).
+    pub(crate) fn decide(
+        asks: &[RateAsk],
+        used: &[u32],
+        now: Timestamp,
+    ) -> (bool, Vec<RateDecision>) {
+        let mut all = true;
+        // The same key asked twice takes two uses.
+        let mut earlier: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+        let out = asks
+            .iter()
+            .zip(used)
+            .map(|(a, &u)| {
+                let before = earlier.entry(a.key.as_str()).or_insert(0);
+                let u = u + *before;
+                *before += 1;
+                if u < a.max {
+                    RateDecision::Taken {
+                        left: a.max - u - 1,
+                    }
+                } else {
+                    all = false;
+                    RateDecision::Spent(crate::clock::from_micros(a.window_at(now).1))
+                }
+            })
+            .collect();
+        (all, out)
+    }
+}
+
 /// The answer to taking one use of a rate window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateDecision {
@@ -655,14 +705,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Until when lease `key` is held (the latest slot), if it is held at all.
     async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>>;
 
-    /// Takes one use of rate window `key` (at most `max` per `window`, windows aligned to the epoch).
-    async fn take_rate(
-        &self,
-        key: &str,
-        max: u32,
-        window: Duration,
-        now: Timestamp,
-    ) -> StoreResult<RateDecision>;
+    /// Takes one use of each rate window asked for (at most `max` per `window`, windows aligned
+    /// to the epoch), all or none: when any window is spent nothing is taken. The answers follow
+    /// the asks' order; a window that was not spent answers `Taken` with the uses it would leave.
+    async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>>;
 
     /// Takes or renews leadership `name` for `holder` until `until`; true when `holder` leads.
     async fn try_lead(

@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use onus::store::*;
@@ -201,15 +200,13 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.lease_busy_until(key).await
     }
-    async fn take_rate(
+    async fn take_rates(
         &self,
-        key: &str,
-        max: u32,
-        window: Duration,
+        asks: &[onus::store::RateAsk],
         now: Timestamp,
-    ) -> StoreResult<RateDecision> {
+    ) -> StoreResult<Vec<RateDecision>> {
         self.gate().await;
-        self.inner.take_rate(key, max, window, now).await
+        self.inner.take_rates(asks, now).await
     }
     async fn try_lead(
         &self,

@@ -477,3 +477,123 @@ pub async fn exhausted_jobs_raise_an_alert(env: Env) {
     assert_eq!(env.store.alerts(true, 10).await.unwrap().len(), 1);
     running.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A handler that completes its job together with a follow-up job ("send, then mark"): both
+/// commit or neither, a failed step rolls both back, and the completion releases the job's lease
+/// key.
+pub async fn complete_with_commits_the_job_and_its_writes_together(env: Env) {
+    let fail_step = Arc::new(AtomicUsize::new(1)); // the first attempt's step fails
+    let f = fail_step.clone();
+    let onus = env
+        .builder()
+        .queue("default", 4)
+        .kind(
+            Kind::new("send")
+                .policy(policy(3))
+                .handler(move |ctx: JobContext| {
+                    let f = f.clone();
+                    async move {
+                        let marked = ctx
+                            .client()
+                            .prepare(NewJob::new("marked", json!({"of": ctx.job().id})))?;
+                        let fail = f
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        ctx.complete_with(move |tx| {
+                            Box::pin(async move {
+                                use onus::db::Tx;
+                                tx.insert_job(marked).await?;
+                                if fail {
+                                    return Err(JobError::retryable("the step failed"));
+                                }
+                                Ok(())
+                            })
+                        })
+                        .await?;
+                        // Completed: an error now changes nothing.
+                        Err(JobError::discard("after the commit"))
+                    }
+                }),
+        )
+        .kind(Kind::new("marked"))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let id =
+        crate::harness::insert_id(&client, NewJob::new("send", json!({})).lease_key("k")).await;
+    let waiter =
+        crate::harness::insert_id(&client, NewJob::new("send", json!({})).lease_key("k")).await;
+    let running = onus.start();
+    wait_until("the first attempt's step failed", || async {
+        env.count(JobState::Retryable).await == 1
+    })
+    .await;
+    env.clock.advance(Duration::from_secs(60)); // past its backoff
+    for id in [id, waiter] {
+        let j = env
+            .wait_job(id, "completed", |j| j.state == JobState::Completed)
+            .await;
+        assert!(j.discard_reason.is_none());
+    }
+    let marks = client
+        .list(
+            &onus::JobFilter {
+                kinds: vec!["marked".into()],
+                ..Default::default()
+            },
+            10,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        marks.len(),
+        2,
+        "one mark per completed job, none from the rolled-back step"
+    );
+    let first = env.job(id).await;
+    let second = env.job(waiter).await;
+    let failed = if first.attempt == 2 { &first } else { &second };
+    assert_eq!(failed.attempt, 2, "the rolled-back attempt was retried");
+    assert_eq!(failed.errors[0].class, EntryClass::Error);
+    assert!(failed.errors[0].message.contains("the step failed"));
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A kind's args check refuses a bad insert with its message, and writes nothing.
+pub async fn a_kinds_args_check_refuses_bad_inserts(env: Env) {
+    let onus = env
+        .builder()
+        .kind(Kind::new("checked").check_args(|a| match a.get("to") {
+            Some(serde_json::Value::String(_)) => Ok(()),
+            _ => Err("to: give an address".into()),
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let e = client
+        .insert(NewJob::new("checked", json!({"to": 1})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, onus::Error::Invalid(m) if m == "to: give an address"),
+        "{e}"
+    );
+    let e = client
+        .insert_many(vec![
+            NewJob::new("checked", json!({"to": "a@example.com"})),
+            NewJob::new("checked", json!({})),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, onus::Error::Invalid(_)));
+    assert_eq!(
+        env.count(JobState::Available).await,
+        0,
+        "nothing was written"
+    );
+    client
+        .insert(NewJob::new("checked", json!({"to": "a@example.com"})))
+        .await
+        .unwrap();
+}

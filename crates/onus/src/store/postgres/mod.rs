@@ -441,6 +441,15 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
 }
 
 /// Records one finished attempt inside the open transaction `c`.
+/// Records one finished attempt inside the caller's open transaction (its lease key locked
+/// first, as [`Store::finish`] does).
+pub(crate) async fn finish_in(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
+    if let Some(key) = &f.release_lease {
+        lock_lease_key(c, key).await?;
+    }
+    finish_one(c, f, false).await
+}
+
 async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
     let attempt = f.attempt as i32;
     let held = c
@@ -1065,36 +1074,45 @@ impl Store for PostgresStore {
         Ok(row.get(0))
     }
 
-    async fn take_rate(
-        &self,
-        key: &str,
-        max: u32,
-        window: Duration,
-        now: Timestamp,
-    ) -> StoreResult<RateDecision> {
-        let w = (window.as_micros() as i64).max(1);
-        let start_us = now.timestamp_micros().div_euclid(w) * w;
-        let start = crate::clock::from_micros(start_us);
-        let end = crate::clock::from_micros(start_us + w);
-        let max_i = max as i32;
-        let c = self.client().await?;
-        let used: Option<i32> = c
-            .query_opt(
-                "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES ($1, $2, $3, 1)
-                 ON CONFLICT (key, window_start) DO UPDATE SET used = onus_rate_windows.used + 1
-                 WHERE onus_rate_windows.used < $4
-                 RETURNING used",
-                &[&key, &start, &end, &max_i],
-            )
-            .await
-            .map_err(q)?
-            .map(|r| r.get(0));
-        Ok(match used {
-            Some(u) if u <= max_i => RateDecision::Taken {
-                left: (max_i - u) as u32,
-            },
-            _ => RateDecision::Spent(end),
-        })
+    async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        // Keys in one order, so two takers of the same keys never wait on each other in a cycle.
+        let mut order: Vec<usize> = (0..asks.len()).collect();
+        order.sort_by(|&a, &b| asks[a].key.cmp(&asks[b].key));
+        let mut out = vec![RateDecision::Taken { left: 0 }; asks.len()];
+        let mut all = true;
+        for i in order {
+            let a = &asks[i];
+            let (start_us, end_us) = a.window_at(now);
+            let (start, end) = (
+                crate::clock::from_micros(start_us),
+                crate::clock::from_micros(end_us),
+            );
+            let used: i32 = tx
+                .query_one(
+                    "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES ($1, $2, $3, 1)
+                     ON CONFLICT (key, window_start) DO UPDATE SET used = onus_rate_windows.used + 1
+                     RETURNING used",
+                    &[&a.key, &start, &end],
+                )
+                .await
+                .map_err(q)?
+                .get(0);
+            let used = used.max(0) as u32;
+            out[i] = if used <= a.max {
+                RateDecision::Taken { left: a.max - used }
+            } else {
+                all = false;
+                RateDecision::Spent(end)
+            };
+        }
+        if all {
+            tx.commit().await.map_err(q)?;
+        } else {
+            tx.rollback().await.map_err(q)?;
+        }
+        Ok(out)
     }
 
     async fn try_lead(

@@ -544,7 +544,7 @@ fn entry_json(e: &HistoryEntry) -> StoreResult<String> {
     serde_json::to_string(e).map_err(|e| StoreError::Query(e.to_string()))
 }
 
-fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
+pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
     // The writer holds the write lock: nothing changes between this read and the write below.
     let held: Option<(bool, Option<i64>)> = conn
         .prepare_cached(
@@ -1054,31 +1054,37 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn take_rate(
-        &self,
-        key: &str,
-        max: u32,
-        window: Duration,
-        now: Timestamp,
-    ) -> StoreResult<RateDecision> {
-        let key = key.to_string();
-        let w = (window.as_micros() as i64).max(1);
-        let start = us(now).div_euclid(w) * w;
+    async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
+        let asks = asks.to_vec();
         self.write(move |conn| {
-            let used: Option<u32> = conn
-                .prepare_cached(
-                    "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES (?1, ?2, ?3, 1)
-                     ON CONFLICT (key, window_start) DO UPDATE SET used = used + 1 WHERE used < ?4
-                     RETURNING used",
-                )
-                .map_err(q)?
-                .query_row(params![key, start, start + w, max], |r| r.get(0))
-                .optional()
-                .map_err(q)?;
-            Ok(match used {
-                Some(u) if u <= max => RateDecision::Taken { left: max - u },
-                _ => RateDecision::Spent(from_micros(start + w)),
-            })
+            // The writer holds the write lock: nothing changes between these reads and the writes.
+            let mut used = Vec::with_capacity(asks.len());
+            for a in &asks {
+                let (start, _) = a.window_at(now);
+                let u: Option<u32> = conn
+                    .prepare_cached(
+                        "SELECT used FROM onus_rate_windows WHERE key = ?1 AND window_start = ?2",
+                    )
+                    .map_err(q)?
+                    .query_row(params![a.key, start], |r| r.get(0))
+                    .optional()
+                    .map_err(q)?;
+                used.push(u.unwrap_or(0));
+            }
+            let (all, out) = RateAsk::decide(&asks, &used, now);
+            if all {
+                for a in &asks {
+                    let (start, end) = a.window_at(now);
+                    conn.prepare_cached(
+                        "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES (?1, ?2, ?3, 1)
+                         ON CONFLICT (key, window_start) DO UPDATE SET used = used + 1",
+                    )
+                    .map_err(q)?
+                    .execute(params![a.key, start, end])
+                    .map_err(q)?;
+                }
+            }
+            Ok(out)
         })
         .await
     }
