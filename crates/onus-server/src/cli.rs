@@ -452,6 +452,7 @@ pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), S
 fn builtin(kind: &str) -> Option<(Policy, &'static str)> {
     match kind {
         "webhook.deliver" => Some((Policy::preset_webhook(), "the webhook preset")),
+        "mail.send" => Some((Policy::preset_mail(), "the mail preset")),
         "webhook.fanout" | "http.request" => Some((Policy::preset_default(), "the default preset")),
         _ => None,
     }

@@ -21,10 +21,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const REQUESTS_GRACE: Duration = Duration::from_secs(35);
 
 /// The kinds every server runs in process.
-const BUILT_IN: [&str; 3] = [
+const BUILT_IN: [&str; 4] = [
     onus_http::request::KIND,
     onus_webhooks::FANOUT,
     onus_webhooks::DELIVER,
+    onus_mail::SEND,
 ];
 
 /// The runtime and components the configuration describes, not started.
@@ -68,6 +69,16 @@ pub fn runtime_with(
         .component(&secrets)
         .component(&hooks)
         .kind(onus_http::request::kind(http.clone()));
+    b = match &file.mail {
+        Some(section) => {
+            let mail = onus_mail::Mail::new(section.resolve().map_err(|e| e.to_string())?);
+            b.component(&mail)
+        }
+        // Known, so an insert is refused with the reason instead of waiting forever.
+        None => b.kind(onus::Kind::new(onus_mail::SEND).policy(onus::Policy::preset_mail()).check_args(|_| {
+            Err("mail.send: mail is not configured here; add a [mail] section with the relay's url to onus.toml".into())
+        })),
+    };
     for (q, n) in &file.queues {
         b = b.queue(q.clone(), *n);
     }

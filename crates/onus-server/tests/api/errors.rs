@@ -104,7 +104,7 @@ pub async fn refused_calls_say_why_and_change_nothing(w: World) {
     let cases = [
         (
             json!({"kind": "nope"}),
-            "kind: unknown kind \"nope\"; known kinds: http.request, quick.pull, report.build",
+            "kind: unknown kind \"nope\"; known kinds: http.request, mail.send, quick.pull, report.build",
         ),
         (
             json!({"kind": "report.build", "run_at": "tomorrow"}),

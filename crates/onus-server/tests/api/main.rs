@@ -7,6 +7,7 @@ mod errors;
 mod examples;
 mod harness;
 mod jobs;
+mod mail;
 mod openapi;
 mod panel;
 mod push;
@@ -66,6 +67,7 @@ onus_testkit::both!(
         events_come_in_pages_with_their_filters,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
+    mail: [a_mail_job_is_sent_and_marked_through_the_api],
 );
 
 /// `/healthz` answers 503 while PostgreSQL does not answer, and 200 again once it does.

@@ -1,0 +1,64 @@
+//! Mail through the HTTP API: `mail.send` jobs with a `[mail]` section, checked at insert.
+
+use onus_testkit::smtp::SmtpSink;
+use serde_json::json;
+
+use crate::harness::{self, World, CONFIG};
+
+/// A mail inserted through `POST /api/v1/jobs` reaches the relay with its Message-ID, and its
+/// `after_send` job is inserted with the mark; bad args are a 422 naming the field.
+pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
+    // Without a [mail] section a mail job is refused with the reason.
+    let (s, e) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "mail.send", "args": {"to": "bob@example.com", "subject": "s", "text": "t"}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(e.to_string().contains("[mail]"), "{e}");
+
+    let sink = SmtpSink::start().await;
+    let toml = format!(
+        "{CONFIG}\n[mail]\nurl = \"{}\"\nfrom = \"Example <noreply@example.com>\"\nmessage_id_domain = \"example.com\"\n",
+        sink.url()
+    );
+    let m = harness::api_with(w.backend, &toml).await;
+    let (s, e) = m
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "mail.send", "args": {"to": ["bob@example.com", "not-an-address"], "subject": "s", "text": "t"}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(e.to_string().contains("to[1]"), "{e}");
+    let (s, job) = m
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "mail.send", "args": {
+                "to": "Bob <bob@example.com>", "subject": "Your report", "text": "It is ready.",
+                "event_id": "evt_7",
+                "after_send": {"kind": "report.build", "args": {"notified": 7}}
+            }}),
+        )
+        .await;
+    assert_eq!(s, 201, "{job}");
+    let id = job["id"].as_i64().unwrap();
+    m.wait_job(id, |j| j["state"] == "completed").await;
+    let got = sink.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].header("Message-ID").as_deref(),
+        Some("<evt_7@example.com>")
+    );
+    assert_eq!(got[0].header("Subject").as_deref(), Some("Your report"));
+    let (s, list) = m.get("/api/v1/jobs?kind=report.build").await;
+    assert_eq!(s, 200, "{list}");
+    let marks: Vec<_> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["args"] == json!({"notified": 7}))
+        .collect();
+    assert_eq!(marks.len(), 1, "{list}");
+}
