@@ -28,8 +28,8 @@ use lettre::message::dkim::{DkimConfig, DkimSigningAlgorithm, DkimSigningKey};
 use lettre::message::Mailbox;
 use onus::db::{AnyTx, Db, Line, LocalFuture, Sql, Tx, Value};
 use onus::{
-    Builder, Component, EntryClass, JobContext, JobError, JobResult, Kind, NewJob, Policy,
-    RateWindow, StoreError, WhenSpent,
+    Builder, Component, JobContext, JobError, JobResult, Kind, NewJob, Policy, RateWindow,
+    StoreError, WhenSpent,
 };
 
 pub use args::{normalise, AfterSend, Recipients, SendArgs};
@@ -49,6 +49,21 @@ static INSERT_SENT: Sql = Sql::new(
     "onus_mail_sent",
     "INSERT INTO onus_mail_sent (job_id, message_id, sent_at, attempt, accepted, refused)
      VALUES ($1, $2, $3, $4, $5, $6)",
+);
+
+static TAKEN: Sql = Sql::new(
+    "onus_mail_limits_taken",
+    "SELECT job_id FROM onus_mail_limits_taken WHERE job_id = $1",
+);
+
+static MARK_TAKEN: Sql = Sql::new(
+    "onus_mail_limits_taken",
+    "INSERT INTO onus_mail_limits_taken (job_id, taken_at) VALUES ($1, $2) ON CONFLICT (job_id) DO NOTHING",
+);
+
+static FORGET_TAKEN: Sql = Sql::new(
+    "onus_mail_limits_taken",
+    "DELETE FROM onus_mail_limits_taken WHERE job_id = $1",
 );
 
 static SENT: Sql = Sql::new(
@@ -83,15 +98,14 @@ impl std::fmt::Debug for Dkim {
 }
 
 impl Dkim {
-    /// Signs as `selector._domainkey.domain` with the RSA or Ed25519 private key in PEM `key`.
+    /// Signs as `selector._domainkey.domain` with the RSA private key in PEM `key_pem`
+    /// (PKCS#1, `-----BEGIN RSA PRIVATE KEY-----`: `openssl genrsa -traditional 2048`).
     pub fn new(domain: &str, selector: &str, key_pem: &str) -> Result<Dkim, Error> {
-        let key = DkimSigningKey::new(key_pem, DkimSigningAlgorithm::Rsa)
-            .or_else(|_| DkimSigningKey::new(key_pem, DkimSigningAlgorithm::Ed25519))
-            .map_err(|e| {
-                Error::Config(format!(
-                    "dkim.key_file: not an RSA (PKCS#1 PEM) or Ed25519 private key ({e})"
-                ))
-            })?;
+        let key = DkimSigningKey::new(key_pem, DkimSigningAlgorithm::Rsa).map_err(|e| {
+            Error::Config(format!(
+                "dkim.key_file: not an RSA private key in PKCS#1 PEM ({e}); make one with `openssl genrsa -traditional 2048`"
+            ))
+        })?;
         Ok(Dkim {
             config: Arc::new(DkimConfig::default_config(
                 selector.to_string(),
@@ -292,14 +306,24 @@ impl Mail {
         let cfg = &self.inner.cfg;
         let checked = args.check(cfg.from.as_ref()).map_err(JobError::discard)?;
         let rcpts = checked.recipients();
-        // The limits are taken once: an attempt after one that got past them (and failed or
-        // died) takes none.
-        let past_limits = ctx
-            .job()
-            .errors
-            .iter()
-            .any(|e| !matches!(e.class, EntryClass::Snooze));
-        if !past_limits {
+        // Everything that could refuse the mark is checked before anything is sent.
+        let after = match &args.after_send {
+            Some(a) => Some(
+                ctx.client()
+                    .prepare(NewJob::new(a.kind.clone(), a.args.clone()))
+                    .map_err(|e| JobError::discard(format!("after_send: {e}")))?,
+            ),
+            None => None,
+        };
+        // The limits are taken once per mail: an attempt after one that took them (and failed,
+        // died or was handed back) takes none.
+        let db = self.db().map_err(JobError::discard_err)?;
+        let job_id = ctx.job().id;
+        let taken = !db
+            .read_rows::<JobIdRow>(&TAKEN, vec![job_id.into()])
+            .await?
+            .is_empty();
+        if !taken {
             let (per_recipient, per_owner) = self.limits();
             let keys: Vec<String> = rcpts.iter().map(normalise).collect();
             let mut asks: Vec<(&RateWindow, &str)> =
@@ -313,6 +337,8 @@ impl Mail {
                 }
                 return Err(e);
             }
+            db.execute(&MARK_TAKEN, vec![job_id.into(), ctx.now().into()])
+                .await?;
         }
         let message_id = args.message_id(ctx.job().id, &cfg.message_id_domain);
         let date = SystemTime::from(ctx.now());
@@ -349,18 +375,11 @@ impl Mail {
             accepted: accepted.accepted,
             refused: accepted.refused,
         };
-        let after = match &args.after_send {
-            Some(a) => Some(
-                ctx.client()
-                    .prepare(NewJob::new(a.kind.clone(), a.args.clone()))
-                    .map_err(JobError::discard_err)?,
-            ),
-            None => None,
-        };
         let on_sent = self.inner.on_sent.clone();
         ctx.complete_with(move |tx| {
             Box::pin(async move {
                 mark(tx, &sent).await?;
+                tx.execute(&FORGET_TAKEN, &[sent.job_id.into()]).await?;
                 if let Some(row) = after {
                     tx.insert_job(row).await?;
                 }
@@ -372,6 +391,15 @@ impl Mail {
         })
         .await?;
         Ok(())
+    }
+}
+
+/// A row holding one job id.
+struct JobIdRow;
+
+impl onus::db::FromRow for JobIdRow {
+    fn from_row(r: &onus::db::Row) -> onus::StoreResult<Self> {
+        r.get::<i64>("job_id").map(|_| JobIdRow)
     }
 }
 
@@ -400,9 +428,14 @@ impl Component for Mail {
     fn install(&self, b: Builder) -> Builder {
         let m = self.clone();
         let default_from = self.inner.cfg.from.clone();
+        // The attempt outlives its session (connect, talk, QUIT), whatever the session's timeout.
+        let mut policy = Policy::preset_mail();
+        let session =
+            self.inner.cfg.timeout + self.inner.cfg.connect_timeout + Duration::from_secs(10);
+        policy.timeout = policy.timeout.max(session);
         b.kind(
             Kind::new(SEND)
-                .policy(Policy::preset_mail())
+                .policy(policy)
                 .check_args(move |v| {
                     SendArgs::decode(v)?
                         .check(default_from.as_ref())

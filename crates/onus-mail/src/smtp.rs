@@ -104,6 +104,8 @@ impl Relay {
         };
         let credentials = if url.username().is_empty() {
             None
+        } else if security == Security::None {
+            return Err("a user and password need TLS, so they are never sent in clear text: add ?tls=required (STARTTLS) or use smtps://".into());
         } else {
             Some((
                 decode(url.username())?,
@@ -176,7 +178,8 @@ fn classify(step: &str, e: &lettre::transport::smtp::Error) -> SendError {
     }
 }
 
-/// One session: sends `message` from `from` to `rcpts`, within `total`.
+/// One session: sends `message` from `from` to `rcpts`, within `total`. Once the relay accepted
+/// the message, `QUIT` is sent on its own short time, and its answer changes nothing.
 pub(crate) async fn send(
     relay: &Relay,
     hello: &str,
@@ -186,12 +189,21 @@ pub(crate) async fn send(
     rcpts: &[Address],
     message: &[u8],
 ) -> Result<Accepted, SendError> {
-    match tokio::time::timeout(
+    let mut conn = None;
+    let timed = tokio::time::timeout(
         total,
-        session(relay, hello, connect_timeout, from, rcpts, message),
+        session(
+            &mut conn,
+            relay,
+            hello,
+            connect_timeout,
+            from,
+            rcpts,
+            message,
+        ),
     )
-    .await
-    {
+    .await;
+    let out = match timed {
         Ok(r) => r,
         Err(_) => Err(SendError::Transient(format!(
             "the session with {}:{} took longer than {}s",
@@ -199,10 +211,26 @@ pub(crate) async fn send(
             relay.port,
             total.as_secs_f64()
         ))),
+    };
+    if let Some(mut c) = conn {
+        let bye = async {
+            match &out {
+                Ok(_) => {
+                    let _ = c.quit().await;
+                }
+                Err(_) => c.abort().await,
+            }
+        };
+        let _ = tokio::time::timeout(QUIT_TIME, bye).await;
     }
+    out
 }
 
+/// How long `QUIT` may take after the session's work is done.
+const QUIT_TIME: Duration = Duration::from_secs(5);
+
 async fn session(
+    slot: &mut Option<AsyncSmtpConnection>,
     relay: &Relay,
     hello: &str,
     connect_timeout: Duration,
@@ -216,7 +244,7 @@ async fn session(
         Security::Implicit => Some(tls(relay)?),
         _ => None,
     };
-    let mut conn = AsyncSmtpConnection::connect_tokio1(
+    let conn = AsyncSmtpConnection::connect_tokio1(
         (relay.host.as_str(), relay.port),
         Some(connect_timeout),
         &hello,
@@ -224,16 +252,9 @@ async fn session(
         None,
     )
     .await
-    .map_err(|e| SendError::Transient(format!("connect to {}:{}: {e}", relay.host, relay.port)))?;
-    let out = talk(&mut conn, relay, &hello, from, rcpts, message, tls).await;
-    match &out {
-        // Accepted: a failed QUIT changes nothing.
-        Ok(_) => {
-            let _ = conn.quit().await;
-        }
-        Err(_) => conn.abort().await,
-    }
-    out
+    .map_err(|e| classify(&format!("connect to {}:{}", relay.host, relay.port), &e))?;
+    let conn = slot.insert(conn);
+    talk(conn, relay, &hello, from, rcpts, message, tls).await
 }
 
 async fn talk(
@@ -260,6 +281,13 @@ async fn talk(
         _ => {}
     }
     if let Some((user, password)) = &relay.credentials {
+        if !conn.is_encrypted() {
+            // tls=opportunistic and the relay offered no STARTTLS (perhaps stripped on the way).
+            return Err(SendError::Transient(format!(
+                "{} offered no STARTTLS, and the password is never sent in clear text",
+                relay.host
+            )));
+        }
         conn.auth(
             &[Mechanism::Plain, Mechanism::Login],
             &Credentials::new(user.clone(), password.clone()),
@@ -349,6 +377,7 @@ mod tests {
             ("smtp://relay?tls=yes", "tls=yes"),
             ("smtps://relay?tls=required", "smtps://"),
             ("smtp://relay?pool=1", "unknown URL parameter pool"),
+            ("smtp://user:pw@relay", "need TLS"),
             ("relay.example.com", "not a URL"),
         ] {
             let e = Relay::parse(bad).unwrap_err();

@@ -161,7 +161,11 @@ async fn a_relay_that_always_answers_451_sees_exactly_8_attempts(backend: Backen
         .await;
     assert_eq!(j.discard_reason, Some(DiscardReason::Exhausted));
     assert_eq!(j.attempt, 8);
-    assert_eq!(sink.received().len(), 8, "exactly one message per attempt");
+    let got = sink.received();
+    assert_eq!(got.len(), 8, "exactly one message per attempt");
+    assert!(got
+        .iter()
+        .all(|m| m.header("Message-ID").as_deref() == Some("<evt_42@example.com>")));
     let span = (j.finalized_at.unwrap() - started).num_seconds() as f64 / 3600.0;
     // 20 s x3 each time: 20 + 60 + ... + 14,580 s = 21,860 s (6.07 h), jitter +-10%.
     assert!(
@@ -375,7 +379,87 @@ async fn the_after_send_job_commits_with_the_mark(backend: Backend) {
     w.stop().await;
 }
 
+async fn a_recipient_refused_for_now_or_a_closed_port_is_retried_with_nothing_sent(
+    backend: Backend,
+) {
+    let sink = SmtpSink::start().await;
+    sink.reply_to_rcpt("bob@example.com", 452, "4.2.2 mailbox full");
+    let w = world(backend, config(&sink, &sink.url())).await;
+    let mut a = args("carol@example.com");
+    a.cc = "bob@example.com".into();
+    let id = w.send(&a).await;
+    let j = w
+        .drive(id, "retryable", |j| j.state == JobState::Retryable)
+        .await;
+    assert_eq!(j.attempt, 1);
+    assert!(
+        j.errors[0].message.contains("4.2.2 mailbox full"),
+        "{:?}",
+        j.errors
+    );
+    assert!(
+        sink.received().is_empty(),
+        "no recipient got a copy the other missed"
+    );
+    w.stop().await;
+
+    // Nobody listening: a connection failure, retryable.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let w = world(
+        backend,
+        config(&sink, &format!("smtp://127.0.0.1:{closed}")),
+    )
+    .await;
+    let id = w.send(&args("bob@example.com")).await;
+    let j = w
+        .drive(id, "retryable", |j| j.state == JobState::Retryable)
+        .await;
+    assert!(
+        j.errors[0].message.contains("connect to 127.0.0.1"),
+        "{:?}",
+        j.errors
+    );
+    w.stop().await;
+}
+
+async fn a_dkim_key_signs_every_message(backend: Backend) {
+    let sink = SmtpSink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("dkim.pem");
+    let ok = std::process::Command::new("openssl")
+        .args(["genrsa", "-traditional", "-out"])
+        .arg(&key)
+        .arg("2048")
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "openssl genrsa failed");
+    let mut cfg = config(&sink, &sink.url());
+    cfg.dkim = Some(
+        onus_mail::Dkim::new("example.com", "s1", &std::fs::read_to_string(&key).unwrap()).unwrap(),
+    );
+    let w = world(backend, cfg).await;
+    let id = w.send(&args("bob@example.com")).await;
+    w.drive(id, "completed", |j| j.state == JobState::Completed)
+        .await;
+    let sig = sink.received()[0].header("DKIM-Signature").expect("signed");
+    assert!(
+        sig.contains("d=example.com") && sig.contains("s=s1"),
+        "{sig}"
+    );
+    let e = onus_mail::Dkim::new("example.com", "s1", "not a key").unwrap_err();
+    assert!(e.to_string().contains("dkim.key_file"), "{e}");
+    w.stop().await;
+}
+
 onus_testkit::both!(
+    a_recipient_refused_for_now_or_a_closed_port_is_retried_with_nothing_sent,
+    a_dkim_key_signs_every_message,
     a_relay_that_answers_451_twice_delivers_on_attempt_3,
     a_relay_that_always_answers_451_sees_exactly_8_attempts,
     a_relay_that_answers_550_sees_exactly_one,

@@ -176,7 +176,7 @@ pub struct WebhooksConfig {
 }
 
 /// `[mail]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MailSection {
     /// The relay: `smtp://user:password@relay.example.com:587?tls=required`, `smtps://...`.
@@ -198,6 +198,18 @@ pub struct MailSection {
     pub owner_limit: Option<LimitSection>,
     /// DKIM signing.
     pub dkim: Option<DkimSection>,
+}
+
+impl std::fmt::Debug for MailSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold the relay's password: only whether it is set.
+        f.debug_struct("MailSection")
+            .field("url", &self.url.as_ref().map(|_| "<set>"))
+            .field("from", &self.from)
+            .field("message_id_domain", &self.message_id_domain)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A rate window: `{ limit = 30, per = "1h" }`.
@@ -672,7 +684,10 @@ mod tests {
             "#,
         )
         .unwrap();
-        let m = c.mail.unwrap().resolve().unwrap();
+        let section = c.mail.unwrap();
+        assert!(!format!("{section:?}").contains("password"), "{section:?}");
+        let m = section.resolve().unwrap();
+        assert!(!format!("{m:?}").contains("password"), "{m:?}");
         assert_eq!(m.relay.port, 587);
         assert_eq!(m.recipient_limit, (30, Duration::from_secs(3600)));
         assert_eq!(m.owner_limit, (5, Duration::from_secs(3600)));

@@ -85,6 +85,36 @@ impl TestDb {
         }
     }
 
+    /// Holds a transaction that blocks every write to the job table (reads go on) until the
+    /// lock is released or dropped: on SQLite the database's write lock (`BEGIN IMMEDIATE`), on
+    /// PostgreSQL `LOCK TABLE onus_jobs IN EXCLUSIVE MODE`. A test holds it to keep a process from
+    /// committing anything while the test kills it.
+    pub async fn lock_writes(&self) -> WriteLock {
+        match self.backend {
+            Backend::Sqlite => {
+                let path = self.dir.path().join("onus.db");
+                let conn = rusqlite::Connection::open(&path)
+                    .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+                conn.busy_timeout(std::time::Duration::from_secs(30))
+                    .unwrap_or_else(|e| panic!("busy timeout: {e}"));
+                conn.execute_batch("BEGIN IMMEDIATE")
+                    .unwrap_or_else(|e| panic!("cannot take the write lock: {e}"));
+                WriteLock::Sqlite(conn)
+            }
+            Backend::Postgres => {
+                let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
+                let driver = tokio::spawn(conn);
+                client
+                    .batch_execute("BEGIN; LOCK TABLE onus_jobs IN EXCLUSIVE MODE")
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot lock onus_jobs: {e}"));
+                WriteLock::Postgres(client, driver)
+            }
+        }
+    }
+
     /// A directory that lives as long as the database, for other files of the test.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
@@ -154,4 +184,36 @@ macro_rules! both {
             )*
         }
     };
+}
+
+/// A held write lock (see [`TestDb::lock_writes`]); dropping it releases it too.
+#[derive(Debug)]
+pub enum WriteLock {
+    /// SQLite's write lock, in an open transaction.
+    Sqlite(rusqlite::Connection),
+    /// A PostgreSQL transaction holding the table lock.
+    Postgres(
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+    ),
+}
+
+impl WriteLock {
+    /// Rolls the holding transaction back.
+    pub async fn release(self) {
+        match self {
+            WriteLock::Sqlite(conn) => {
+                conn.execute_batch("ROLLBACK")
+                    .unwrap_or_else(|e| panic!("rollback: {e}"));
+            }
+            WriteLock::Postgres(client, driver) => {
+                client
+                    .batch_execute("ROLLBACK")
+                    .await
+                    .unwrap_or_else(|e| panic!("rollback: {e}"));
+                drop(client);
+                let _ = driver.await;
+            }
+        }
+    }
 }

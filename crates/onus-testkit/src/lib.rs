@@ -18,7 +18,7 @@ pub mod proxy;
 pub mod sink;
 pub mod smtp;
 
-pub use backend::{Backend, TestDb};
+pub use backend::{Backend, TestDb, WriteLock};
 pub use proxy::TcpProxy;
 
 use std::net::TcpListener;

@@ -63,6 +63,7 @@ struct Shared {
     script: Mutex<Script>,
     received: Mutex<Vec<Message>>,
     sessions: Mutex<usize>,
+    quits: Mutex<usize>,
     release: Semaphore,
     arrived: tokio::sync::Notify,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -119,6 +120,7 @@ impl SmtpSink {
             script: Mutex::new(Script::default()),
             received: Mutex::new(Vec::new()),
             sessions: Mutex::new(0),
+            quits: Mutex::new(0),
             release: Semaphore::new(0),
             arrived: tokio::sync::Notify::new(),
             tls: acceptor,
@@ -187,6 +189,16 @@ impl SmtpSink {
             .held = true;
     }
 
+    /// Stops holding replies, and lets every held one go.
+    pub fn unhold(&self) {
+        self.shared
+            .script
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .held = false;
+        self.shared.release.add_permits(1024);
+    }
+
     /// Lets one held reply go.
     pub fn release(&self) {
         self.shared.release.add_permits(1);
@@ -208,6 +220,29 @@ impl SmtpSink {
             .sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many times clients said `QUIT` (a client says it once it has the answer to its
+    /// message).
+    pub fn quits(&self) -> usize {
+        *self.shared.quits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits (up to `secs` seconds) until clients said `QUIT` at least `n` times.
+    pub async fn wait_for_quits(&self, n: usize, secs: u64) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let notified = self.shared.arrived.notified();
+            if self.quits() >= n {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "clients said QUIT {} times, not {n}, within {secs} s",
+                    self.quits()
+                );
+            }
+        }
     }
 
     /// Waits (up to `secs` seconds) until at least `n` messages were received.
@@ -269,9 +304,8 @@ async fn session(s: Arc<Shared>, stream: TcpStream) -> std::io::Result<()> {
         let cmd = line.trim_end().to_string();
         let upper = cmd.to_ascii_uppercase();
         let reply: String = if upper.starts_with("EHLO") || upper.starts_with("HELO") {
-            let mut r = String::from(
-                "250-sink.test\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n250-AUTH PLAIN LOGIN\r\n",
-            );
+            let mut r =
+                String::from("250-sink.test\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n250-AUTH PLAIN\r\n");
             if s.tls.is_some() && !tls {
                 r.push_str("250-STARTTLS\r\n");
             }
@@ -353,6 +387,8 @@ async fn session(s: Arc<Shared>, stream: TcpStream) -> std::io::Result<()> {
         } else if upper == "RSET" || upper == "NOOP" {
             "250 OK\r\n".into()
         } else if upper == "QUIT" {
+            *s.quits.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            s.arrived.notify_waiters();
             io.get_mut().write_all(b"221 bye\r\n").await?;
             return Ok(());
         } else {

@@ -9,3 +9,10 @@ CREATE TABLE onus_mail_sent (
     refused    JSONB       NOT NULL
 );
 CREATE INDEX onus_mail_sent_at ON onus_mail_sent (sent_at);
+
+-- Mail jobs that took their rate-window uses, so a later attempt of the same mail takes none;
+-- the row goes with the mark.
+CREATE TABLE onus_mail_limits_taken (
+    job_id   BIGINT PRIMARY KEY,
+    taken_at TIMESTAMPTZ NOT NULL
+);

@@ -528,6 +528,17 @@ pub async fn complete_with_commits_the_job_and_its_writes_together(env: Env) {
         env.count(JobState::Retryable).await == 1
     })
     .await;
+    // The waiter ran and completed in its own transaction, which released the key at once
+    // (the clock has not moved, so no lease ran out).
+    wait_until("the waiter completed", || async {
+        env.count(JobState::Completed).await == 1
+    })
+    .await;
+    assert_eq!(
+        env.store.lease_busy_until("k").await.unwrap(),
+        None,
+        "the completion released the lease key"
+    );
     env.clock.advance(Duration::from_secs(60)); // past its backoff
     for id in [id, waiter] {
         let j = env
