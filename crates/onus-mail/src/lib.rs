@@ -37,6 +37,8 @@ pub use smtp::{Accepted, Refused, Relay, Security, SendError};
 
 /// The kind that sends one mail.
 pub const SEND: &str = "mail.send";
+/// The hourly kind that prunes old sent records.
+pub const PRUNE: &str = "mail.prune";
 
 /// The mail tables' migration line.
 pub static MIGRATIONS: Line = Line {
@@ -64,6 +66,16 @@ static MARK_TAKEN: Sql = Sql::new(
 static FORGET_TAKEN: Sql = Sql::new(
     "onus_mail_limits_taken",
     "DELETE FROM onus_mail_limits_taken WHERE job_id = $1",
+);
+
+static PRUNE_SENT: Sql = Sql::new(
+    "onus_mail_sent",
+    "DELETE FROM onus_mail_sent WHERE sent_at < $1",
+);
+
+static PRUNE_TAKEN: Sql = Sql::new(
+    "onus_mail_limits_taken",
+    "DELETE FROM onus_mail_limits_taken WHERE taken_at < $1",
 );
 
 static SENT: Sql = Sql::new(
@@ -135,6 +147,9 @@ pub struct MailConfig {
     pub owner_limit: (u32, Duration),
     /// DKIM signing, when set.
     pub dkim: Option<Dkim>,
+    /// How long sent records (and the marks of mails that took their limits but were never
+    /// sent) are kept.
+    pub retention: Duration,
 }
 
 impl MailConfig {
@@ -150,18 +165,21 @@ impl MailConfig {
             recipient_limit: (30, Duration::from_secs(3600)),
             owner_limit: (5, Duration::from_secs(3600)),
             dkim: None,
+            retention: Duration::from_secs(30 * 86_400),
         }
     }
 }
 
 /// A mail the relay accepted, as recorded with its mark.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sent {
     /// The job.
     pub job_id: i64,
     /// Its Message-ID.
     pub message_id: String,
     /// When the relay accepted it.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub sent_at: onus::Timestamp,
     /// The attempt that sent it.
     pub attempt: u32,
@@ -268,12 +286,23 @@ impl Mail {
 
     /// The record of a sent mail job, if the relay accepted it.
     pub async fn sent(&self, job_id: i64) -> Result<Option<Sent>, Error> {
-        let db = self.db()?;
-        Ok(db
-            .read_rows::<Sent>(&SENT, vec![job_id.into()])
-            .await?
-            .into_iter()
-            .next())
+        sent_record(self.db()?, job_id).await
+    }
+
+    /// Deletes sent records older than the retention (and the limit marks of mails never sent);
+    /// returns how many rows went. Runs hourly as `mail.prune`.
+    pub async fn prune(&self, now: onus::Timestamp) -> Result<u64, Error> {
+        let before = onus::clock::sub(now, self.inner.cfg.retention);
+        Ok(self
+            .db()?
+            .tx(move |tx| {
+                Box::pin(async move {
+                    let a = tx.execute(&PRUNE_SENT, &[before.into()]).await?;
+                    let b = tx.execute(&PRUNE_TAKEN, &[before.into()]).await?;
+                    Ok::<u64, StoreError>(a + b)
+                })
+            })
+            .await?)
     }
 
     fn db(&self) -> Result<&Db, Error> {
@@ -394,6 +423,16 @@ impl Mail {
     }
 }
 
+/// The record of sent mail job `job_id` in `db` (whose mail line is migrated), if the relay
+/// accepted it: what a front door shows without holding the component.
+pub async fn sent_record(db: &Db, job_id: i64) -> Result<Option<Sent>, Error> {
+    Ok(db
+        .read_rows::<Sent>(&SENT, vec![job_id.into()])
+        .await?
+        .into_iter()
+        .next())
+}
+
 /// A row holding one job id.
 struct JobIdRow;
 
@@ -424,8 +463,27 @@ impl Component for Mail {
         Some(&MIGRATIONS)
     }
 
-    /// The `mail.send` kind, under the `mail` policy, its args checked at insert.
+    /// The `mail.send` kind, under the `mail` policy, its args checked at insert, and the
+    /// hourly `mail.prune`.
     fn install(&self, b: Builder) -> Builder {
+        let p = self.clone();
+        let hourly = onus::Schedule::every(Duration::from_secs(3600))
+            .unwrap_or_else(|_| unreachable!("an hour is a valid interval"));
+        let b = b
+            .kind(Kind::new(PRUNE).policy(Policy::preset_periodic()).handler(
+                move |ctx: JobContext| {
+                    let m = p.clone();
+                    async move {
+                        m.prune(ctx.now()).await?;
+                        Ok(())
+                    }
+                },
+            ))
+            .periodic(onus::Periodic::new(
+                PRUNE,
+                hourly,
+                NewJob::new(PRUNE, serde_json::json!({})),
+            ));
         let m = self.clone();
         let default_from = self.inner.cfg.from.clone();
         // The attempt outlives its session (connect, talk, QUIT), whatever the session's timeout.

@@ -142,6 +142,7 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// A recipient the relay refused, with its reply.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Refused {
     /// The address.
     pub address: String,

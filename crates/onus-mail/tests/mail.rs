@@ -142,6 +142,12 @@ async fn a_relay_that_answers_451_twice_delivers_on_attempt_3(backend: Backend) 
         (sent.attempt, sent.message_id.as_str()),
         (3, "<evt_42@example.com>")
     );
+    // Kept for the retention (30 days), then pruned.
+    assert_eq!(w.mail.prune(w.clock.now()).await.unwrap(), 0);
+    assert!(w.mail.sent(id).await.unwrap().is_some());
+    let later = w.clock.now() + chrono::TimeDelta::days(31);
+    assert_eq!(w.mail.prune(later).await.unwrap(), 1);
+    assert_eq!(w.mail.sent(id).await.unwrap(), None);
     assert!(
         j.errors.iter().all(|e| e.message.contains("451")),
         "{:?}",
@@ -175,9 +181,16 @@ async fn a_relay_that_always_answers_451_sees_exactly_8_attempts(backend: Backen
     let alerts = w.store.alerts(false, 10).await.unwrap();
     assert_eq!(alerts.len(), 1, "an exhausted mail raises an alert");
     assert_eq!(alerts[0].job_id, id);
-    // Never a mail about a mail: the only job is the exhausted one.
-    let all = w.store.list(&JobFilter::default(), 10, None).await.unwrap();
-    assert_eq!(all.len(), 1, "{all:?}");
+    // Never a mail about a mail: besides the exhausted one, only the hourly prune ran.
+    let all = w
+        .store
+        .list(&JobFilter::default(), 100, None)
+        .await
+        .unwrap();
+    assert!(
+        all.iter().all(|j| j.id == id || j.kind == onus_mail::PRUNE),
+        "{all:?}"
+    );
     w.stop().await;
 }
 

@@ -79,7 +79,7 @@ async fn fuzz(backend: Backend, bin: PathBuf) {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
-            text.contains("37 selected"),
+            text.contains("38 selected"),
             "every operation is fuzzed: {text}"
         );
         if out.status.success() {

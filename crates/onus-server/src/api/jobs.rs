@@ -353,6 +353,35 @@ pub async fn show(State(app): State<App>, Path(id): Path<String>) -> Result<Json
     Ok(Json(app.client.get(job_id(&id)?).await?))
 }
 
+/// What the relay did with a `mail.send` job's message: when it accepted it, on which attempt,
+/// with which Message-ID, and each recipient it took or refused (with its reply).
+#[utoipa::path(get, path = "/jobs/{id}/mail", tag = "jobs", params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 200, body = onus_mail::Sent), (status = 404, body = super::error::ErrorBody)))]
+pub async fn mail_sent(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<onus_mail::Sent>, ApiError> {
+    let id = job_id(&id)?;
+    let configured = app
+        .kinds
+        .get(onus_mail::SEND)
+        .is_some_and(|k| k.handled_by == super::HandledBy::Process);
+    if !configured {
+        return Err(ApiError::not_found(
+            "mail is not configured here; add a [mail] section to onus.toml",
+        ));
+    }
+    let db = onus::db::Db::new(app.client.store().clone());
+    match onus_mail::sent_record(&db, id).await {
+        Ok(Some(sent)) => Ok(Json(sent)),
+        Ok(None) => Err(ApiError::not_found(format!(
+            "job {id} has sent no mail: not a mail.send job, or the relay has not accepted it yet"
+        ))),
+        Err(onus_mail::Error::Store(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
+}
+
 /// Retries a discarded, cancelled, retryable, scheduled or snoozed job now (one more attempt).
 #[utoipa::path(post, path = "/jobs/{id}/retry", tag = "jobs", params(("id" = i64, Path, description = "the job's id")),
     responses((status = 200, body = Job), (status = 404, body = super::error::ErrorBody), (status = 409, body = super::error::ErrorBody)))]

@@ -226,6 +226,7 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(jobs::insert_batch))
         .routes(utoipa_axum::routes!(jobs::insert, jobs::list))
         .routes(utoipa_axum::routes!(jobs::show, jobs::delete))
+        .routes(utoipa_axum::routes!(jobs::mail_sent))
         .routes(utoipa_axum::routes!(jobs::retry_one))
         .routes(utoipa_axum::routes!(jobs::cancel_one))
         .routes(utoipa_axum::routes!(jobs::retry_many))

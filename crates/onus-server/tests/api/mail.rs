@@ -17,6 +17,9 @@ pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
         .await;
     assert_eq!(s, 422, "{e}");
     assert!(e.to_string().contains("[mail]"), "{e}");
+    let (s, e) = w.get("/api/v1/jobs/1/mail").await;
+    assert_eq!(s, 404, "{e}");
+    assert!(e.to_string().contains("[mail]"), "{e}");
 
     let sink = SmtpSink::start().await;
     let toml = format!(
@@ -52,6 +55,12 @@ pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
         Some("<evt_7@example.com>")
     );
     assert_eq!(got[0].header("Subject").as_deref(), Some("Your report"));
+    let (s, sent) = m.get(&format!("/api/v1/jobs/{id}/mail")).await;
+    assert_eq!(s, 200, "{sent}");
+    assert_eq!(sent["message_id"], "<evt_7@example.com>");
+    assert_eq!(sent["accepted"], json!(["bob@example.com"]));
+    assert_eq!(sent["refused"], json!([]));
+    assert_eq!(sent["attempt"], 1);
     let (s, list) = m.get("/api/v1/jobs?kind=report.build").await;
     assert_eq!(s, 200, "{list}");
     let marks: Vec<_> = list["jobs"]
@@ -61,4 +70,8 @@ pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
         .filter(|j| j["args"] == json!({"notified": 7}))
         .collect();
     assert_eq!(marks.len(), 1, "{list}");
+    let mark = marks[0]["id"].as_i64().unwrap();
+    let (s, e) = m.get(&format!("/api/v1/jobs/{mark}/mail")).await;
+    assert_eq!(s, 404, "{e}");
+    assert!(e.to_string().contains("has sent no mail"), "{e}");
 }

@@ -10,6 +10,7 @@ const PROMISED: &[&str] = &[
     "GET /jobs",
     "POST /jobs/batch",
     "GET /jobs/{id}",
+    "GET /jobs/{id}/mail",
     "DELETE /jobs/{id}",
     "POST /jobs/{id}/retry",
     "POST /jobs/{id}/cancel",

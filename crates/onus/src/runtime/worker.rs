@@ -390,8 +390,14 @@ async fn execute(
         }
         _ = hold.lost.cancelled() => {
             handle.abort();
-            tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
-            return; // no outcome: the job's lease is void and a rescuer decides
+            if completed.load(std::sync::atomic::Ordering::SeqCst) {
+                // Not lost: the handler completed the job in its own transaction, and a renewal
+                // found it no longer running. Its outcome is recorded as that completion.
+                Some(AttemptEnd::Returned(Ok(())))
+            } else {
+                tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+                return; // no outcome: the job's lease is void and a rescuer decides
+            }
         }
     };
     // A handler that saw the cancellation and returned an error ends cancelled, whichever
