@@ -156,6 +156,38 @@ async fn a_relay_that_answers_451_twice_delivers_on_attempt_3(backend: Backend) 
     w.stop().await;
 }
 
+async fn implicit_tls_sends_encrypted_from_the_first_byte(backend: Backend) {
+    let sink = SmtpSink::start_implicit_tls().await;
+    let url = format!("smtps://ada:pw@{}", sink.addr);
+    let w = world(backend, config(&sink, &url)).await;
+    let id = w.send(&args("bob@example.com")).await;
+    w.drive(id, "completed", |j| j.state == JobState::Completed)
+        .await;
+    let m = &sink.received()[0];
+    assert!(m.tls);
+    assert_eq!(m.auth, Some(("ada".into(), "pw".into())));
+    w.stop().await;
+    // A relay whose certificate no trusted root signed: a TLS failure, retryable.
+    let mut cfg = config(&sink, &url);
+    cfg.relay.roots.clear();
+    let w = world(backend, cfg).await;
+    let id = w.send(&args("bob@example.com")).await;
+    let j = w
+        .drive(id, "retryable", |j| j.state == JobState::Retryable)
+        .await;
+    assert!(
+        j.errors[0].message.contains("connect to 127.0.0.1"),
+        "{:?}",
+        j.errors
+    );
+    assert_eq!(
+        sink.received().len(),
+        1,
+        "nothing sent over an untrusted connection"
+    );
+    w.stop().await;
+}
+
 async fn a_relay_that_always_answers_451_sees_exactly_8_attempts(backend: Backend) {
     let sink = SmtpSink::start().await;
     sink.always_reply_to_data(451, "4.3.0 try later");
@@ -471,6 +503,7 @@ async fn a_dkim_key_signs_every_message(backend: Backend) {
 }
 
 onus_testkit::both!(
+    implicit_tls_sends_encrypted_from_the_first_byte,
     a_recipient_refused_for_now_or_a_closed_port_is_retried_with_nothing_sent,
     a_dkim_key_signs_every_message,
     a_relay_that_answers_451_twice_delivers_on_attempt_3,

@@ -393,9 +393,6 @@ pub async fn serve(
     listen: String,
     migrate: bool,
 ) -> Result<(), String> {
-    if file.mail.is_some() {
-        tracing::warn!("[mail] is accepted but not used by this version yet");
-    }
     // Listening for the signals before anything else: one that arrives while the server starts
     // stops it gracefully too.
     let signal = stop_signal()?;

@@ -67,6 +67,8 @@ struct Shared {
     release: Semaphore,
     arrived: tokio::sync::Notify,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// TLS from the first byte (smtps), not STARTTLS.
+    implicit: bool,
 }
 
 /// The relay. Dropping it stops it.
@@ -96,16 +98,22 @@ impl Drop for SmtpSink {
 impl SmtpSink {
     /// A plain relay (no STARTTLS) that accepts everything.
     pub async fn start() -> SmtpSink {
-        Self::start_with(false).await
+        Self::start_with(false, false).await
     }
 
     /// A relay that offers STARTTLS on a certificate for 127.0.0.1 and localhost, signed by a
     /// CA made for it ([`SmtpSink::ca_cert`]); needs the `openssl` command.
     pub async fn start_tls() -> SmtpSink {
-        Self::start_with(true).await
+        Self::start_with(true, false).await
     }
 
-    async fn start_with(tls: bool) -> SmtpSink {
+    /// A relay that speaks TLS from the first byte (`smtps://`), on a certificate as
+    /// [`SmtpSink::start_tls`] makes.
+    pub async fn start_implicit_tls() -> SmtpSink {
+        Self::start_with(true, true).await
+    }
+
+    async fn start_with(tls: bool, implicit: bool) -> SmtpSink {
         let (dir, acceptor) = if tls {
             let dir = tempfile::tempdir().expect("a temporary directory");
             crate::make_certificates(dir.path()).expect("certificates");
@@ -124,6 +132,7 @@ impl SmtpSink {
             release: Semaphore::new(0),
             arrived: tokio::sync::Notify::new(),
             tls: acceptor,
+            implicit,
         });
         let s = shared.clone();
         let task = tokio::spawn(async move {
@@ -287,8 +296,13 @@ trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 async fn session(s: Arc<Shared>, stream: TcpStream) -> std::io::Result<()> {
-    let mut io: BufReader<Box<dyn Stream>> = BufReader::new(Box::new(stream));
-    let mut tls = false;
+    let (mut io, mut tls): (BufReader<Box<dyn Stream>>, bool) = match (&s.tls, s.implicit) {
+        (Some(acceptor), true) => (
+            BufReader::new(Box::new(acceptor.clone().accept(stream).await?)),
+            true,
+        ),
+        _ => (BufReader::new(Box::new(stream)), false),
+    };
     let mut from = String::new();
     let mut rcpts: Vec<String> = Vec::new();
     let mut auth: Option<(String, String)> = None;

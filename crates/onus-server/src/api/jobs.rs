@@ -75,6 +75,17 @@ impl NewJobBody {
             onus_http::request::HttpRequestArgs::check(&job.args)
                 .map_err(|e| ApiError::invalid(format!("{at}{e}")))?;
         }
+        // A mail's after-send job is inserted later, in the mark's transaction: its kind must be
+        // one that runs somewhere, like any job inserted here.
+        if self.kind == onus_mail::SEND {
+            if let Some(k) = job
+                .args
+                .pointer("/after_send/kind")
+                .and_then(|k| k.as_str())
+            {
+                app.known_kind(&format!("{at}args.after_send.kind"), k)?;
+            }
+        }
         // Validate here, so the error names the field of this job.
         app.client
             .prepare(job.clone())

@@ -35,6 +35,18 @@ pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
         .await;
     assert_eq!(s, 422, "{e}");
     assert!(e.to_string().contains("to[1]"), "{e}");
+    let (s, e) = m
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "mail.send", "args": {"to": "bob@example.com", "subject": "s", "text": "t",
+                "after_send": {"kind": "nobody.runs.this"}}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(
+        e.to_string().contains("args.after_send.kind: unknown kind"),
+        "{e}"
+    );
     let (s, job) = m
         .post(
             "/api/v1/jobs",
