@@ -36,10 +36,17 @@ fn config(sink: &SmtpSink, url: &str) -> MailConfig {
 }
 
 async fn world(backend: Backend, cfg: MailConfig) -> World {
+    world_with(backend, Mail::new(cfg), "").await
+}
+
+/// A world whose database first runs `setup` (the application's own tables).
+async fn world_with(backend: Backend, mail: Mail, setup: &str) -> World {
     let db = TestDb::new(backend).await;
+    if !setup.is_empty() {
+        db.batch_execute(setup).await;
+    }
     let store = onus::open(&db.url).await.unwrap();
     let clock = ManualClock::at("2026-03-01T00:10:00Z".parse().unwrap());
-    let mail = Mail::new(cfg);
     let onus = Onus::builder(store.clone())
         .component(&mail)
         .clock(clock.clone())
@@ -186,6 +193,90 @@ async fn implicit_tls_sends_encrypted_from_the_first_byte(backend: Backend) {
         "nothing sent over an untrusted connection"
     );
     w.stop().await;
+}
+
+/// The library's after-send step: a closure over the transaction that marks the mail, here
+/// setting the application's own `notified_at`. Its failure rolls the mark back, and the mail is
+/// sent again (same Message-ID) and then marked.
+async fn the_on_sent_step_commits_with_the_mark_or_not_at_all(backend: Backend) {
+    static NOTIFIED: onus::db::Sql = onus::db::Sql::new(
+        "notifications",
+        "UPDATE notifications SET notified_at = $1 WHERE event_id = $2",
+    );
+    static READ: onus::db::Sql =
+        onus::db::Sql::new("notifications", "SELECT notified_at FROM notifications");
+    let sink = SmtpSink::start().await;
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = fail.clone();
+    let mail = Mail::new(config(&sink, &sink.url())).on_sent(
+        move |tx: &onus::db::AnyTx<'_>, args: &SendArgs, sent: &onus_mail::Sent| {
+            let fail = f.swap(false, std::sync::atomic::Ordering::SeqCst);
+            let params = vec![sent.sent_at.into(), args.event_id.clone().into()];
+            Box::pin(async move {
+                use onus::db::Tx;
+                if fail {
+                    return Err(onus::StoreError::Conflict("the step failed".into()));
+                }
+                tx.execute(&NOTIFIED, &params).await?;
+                Ok(())
+            })
+        },
+    );
+    let time = if backend == Backend::Sqlite {
+        "INTEGER"
+    } else {
+        "TIMESTAMPTZ"
+    };
+    let setup = format!(
+        "CREATE TABLE notifications (event_id TEXT PRIMARY KEY, notified_at {time});
+         INSERT INTO notifications (event_id) VALUES ('evt_42');"
+    );
+    let w = world_with(backend, mail, &setup).await;
+    let id = w.send(&args("bob@example.com")).await;
+    let j = w
+        .drive(id, "completed", |j| j.state == JobState::Completed)
+        .await;
+    assert_eq!(j.attempt, 2, "the failed step rolled the mark back");
+    assert!(
+        j.errors[0].message.contains("the step failed"),
+        "{:?}",
+        j.errors
+    );
+    let got = sink.received();
+    assert_eq!(got.len(), 2, "sent again, never marked without it");
+    assert_eq!(got[0].header("Message-ID"), got[1].header("Message-ID"));
+    let rows: Vec<onus::db::Row> = onus::db::Db::new(w.store.clone())
+        .read(|tx| {
+            Box::pin(async move {
+                use onus::db::Tx;
+                tx.query(&READ, &[]).await
+            })
+        })
+        .await
+        .unwrap();
+    let at: Option<onus::Timestamp> = rows[0].get("notified_at").unwrap();
+    assert_eq!(at, Some(w.mail.sent(id).await.unwrap().unwrap().sent_at));
+    w.stop().await;
+}
+
+/// A relay that takes the connection and never answers: the session's timeout, retryable.
+async fn a_relay_that_never_answers_times_out_retryable(backend: Backend) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sink = SmtpSink::start().await;
+    let mut cfg = config(&sink, &format!("smtp://{}", silent.local_addr().unwrap()));
+    cfg.timeout = Duration::from_secs(1);
+    let w = world(backend, cfg).await;
+    let id = w.send(&args("bob@example.com")).await;
+    let j = w
+        .drive(id, "retryable", |j| j.state == JobState::Retryable)
+        .await;
+    assert!(
+        j.errors[0].message.contains("took longer than 1s"),
+        "{:?}",
+        j.errors
+    );
+    w.stop().await;
+    drop(silent);
 }
 
 async fn a_relay_that_always_answers_451_sees_exactly_8_attempts(backend: Backend) {
@@ -503,6 +594,8 @@ async fn a_dkim_key_signs_every_message(backend: Backend) {
 }
 
 onus_testkit::both!(
+    the_on_sent_step_commits_with_the_mark_or_not_at_all,
+    a_relay_that_never_answers_times_out_retryable,
     implicit_tls_sends_encrypted_from_the_first_byte,
     a_recipient_refused_for_now_or_a_closed_port_is_retried_with_nothing_sent,
     a_dkim_key_signs_every_message,

@@ -82,6 +82,28 @@ pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
         .filter(|j| j["args"] == json!({"notified": 7}))
         .collect();
     assert_eq!(marks.len(), 1, "{list}");
+    // The sixth notification about one owner within the hour is dropped, and counted.
+    let mut last = 0;
+    for i in 0..6 {
+        let (s, job) = m
+            .post(
+                "/api/v1/jobs",
+                json!({"kind": "mail.send", "args": {"to": format!("u{i}@example.com"), "subject": "s", "text": "t", "owner": "acct-1"}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{job}");
+        last = job["id"].as_i64().unwrap();
+        m.wait_job(last, |j| {
+            j["state"] == "completed" || j["state"] == "discarded"
+        })
+        .await;
+    }
+    let (_, dropped) = m.get(&format!("/api/v1/jobs/{last}")).await;
+    assert_eq!(dropped["discard_reason"], "dropped", "{dropped}");
+    let (s, text) = m.raw("GET", "/metrics", Some(&m.token), None).await;
+    assert_eq!(s, 200);
+    let text = text.as_str().unwrap_or_default();
+    assert!(text.contains("onus_mail_dropped_total"), "{text}");
     let mark = marks[0]["id"].as_i64().unwrap();
     let (s, e) = m.get(&format!("/api/v1/jobs/{mark}/mail")).await;
     assert_eq!(s, 404, "{e}");
