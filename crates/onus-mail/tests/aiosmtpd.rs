@@ -16,37 +16,7 @@ const AIOSMTPD: &str = "aiosmtpd==1.4.6";
 
 /// The virtual environment's python, aiosmtpd installed on first use.
 fn python() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("aiosmtpd-1.4.6");
-    let python = venv.join("bin/python");
-    if venv.join("ready").is_file() {
-        return python;
-    }
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap()
-        .success();
-    assert!(
-        ok,
-        "python3 -m venv failed: install Python 3 with its venv module"
-    );
-    let out = Command::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            AIOSMTPD,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot install {AIOSMTPD} from PyPI: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::write(venv.join("ready"), "").unwrap();
-    python
+    onus_testkit::python::venv(Path::new(env!("CARGO_TARGET_TMPDIR")), AIOSMTPD).join("python")
 }
 
 /// What Python's `email` package reads from a stored message.

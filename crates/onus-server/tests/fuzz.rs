@@ -9,8 +9,7 @@
 #[allow(dead_code)]
 mod harness;
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 
 use onus_testkit::Backend;
 use serde_json::json;
@@ -19,36 +18,8 @@ const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
 /// The schemathesis command, installed on first use.
 fn schemathesis() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-4.32.5");
-    let bin = venv.join("bin/schemathesis");
-    if bin.is_file() {
-        return bin;
-    }
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap()
-        .success();
-    assert!(
-        ok,
-        "python3 -m venv failed: install Python 3 with its venv module"
-    );
-    let out = Command::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            SCHEMATHESIS,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot install {SCHEMATHESIS} from PyPI: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
+    onus_testkit::python::venv(Path::new(env!("CARGO_TARGET_TMPDIR")), SCHEMATHESIS)
+        .join("schemathesis")
 }
 
 async fn fuzz(backend: Backend, bin: PathBuf) {

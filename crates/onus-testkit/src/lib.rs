@@ -15,6 +15,7 @@
 
 pub mod backend;
 pub mod proxy;
+pub mod python;
 pub mod sink;
 pub mod smtp;
 
