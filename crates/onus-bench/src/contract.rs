@@ -22,7 +22,12 @@ pub struct Config {
     pub gap_ms: u64,
     pub warmup: usize,
     pub timeout: Duration,
+    /// `same`: the latency run's inserting client is in the worker's process; `other`: in another.
+    pub latency_client: String,
 }
+
+/// The most worker processes a throughput run starts.
+pub const MAX_PROCS: usize = 4;
 
 fn var<T: std::str::FromStr>(name: &str, default: Option<T>) -> Result<T, String> {
     match std::env::var(name) {
@@ -43,8 +48,14 @@ impl Config {
             return Err(format!("MODE={mode:?}: use throughput or latency"));
         }
         let procs: usize = var("WORKER_PROCS", Some(1))?;
-        if !(1..=2).contains(&procs) {
-            return Err(format!("WORKER_PROCS={procs}: use 1 or 2"));
+        if !(1..=MAX_PROCS).contains(&procs) {
+            return Err(format!("WORKER_PROCS={procs}: use 1 to {MAX_PROCS}"));
+        }
+        let latency_client = std::env::var("LATENCY_CLIENT").unwrap_or_else(|_| "same".into());
+        if latency_client != "same" && latency_client != "other" {
+            return Err(format!(
+                "LATENCY_CLIENT={latency_client:?}: use same (the client in the worker's process) or other (in another process)"
+            ));
         }
         let concurrency: usize = var("CONCURRENCY", Some(10))?;
         if concurrency < procs {
@@ -62,6 +73,7 @@ impl Config {
             gap_ms: var("LATENCY_GAP_MS", Some(0))?,
             warmup: var("LATENCY_WARMUP", Some(0))?,
             timeout: Duration::from_secs(var("RUN_TIMEOUT_S", Some(600))?),
+            latency_client,
         })
     }
 
@@ -144,22 +156,10 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
     eprintln!("inserted {} jobs in {insert_s:.3}s", cfg.n);
 
     // Worker processes, each with its share of the slots.
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut workers = Vec::new();
     for p in 0..cfg.procs {
         let slots = cfg.concurrency / cfg.procs + usize::from(p < cfg.concurrency % cfg.procs);
-        let mut child = std::process::Command::new(&exe)
-            .env("ONUS_BENCH_ROLE", "worker")
-            .env("ONUS_BENCH_SLOTS", slots.to_string())
-            .env("DATABASE_URL", &cfg.url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start a worker process: {e}"))?;
-        let stdin = child.stdin.take().ok_or("no worker stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no worker stdout")?);
-        workers.push((child, stdin, stdout));
+        workers.push(spawn_worker(cfg, slots, false)?);
     }
     // Each worker reports on its own thread: "ready", then "calls <count> <last call, unix µs>".
     let calls: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.procs).map(|_| AtomicU64::new(0)).collect());
@@ -216,12 +216,29 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let end_us = last
+    let handler_us = last
         .iter()
         .map(|t| t.load(Ordering::SeqCst))
         .max()
         .unwrap_or(start_us);
-    let run_s = (end_us.saturating_sub(start_us)) as f64 / 1e6;
+    // The run ends when the database shows all N completed, not at the N-th handler call:
+    // outcomes written late are part of the cost.
+    let done_us = loop {
+        let completed: u64 = store
+            .counts()
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter(|c| c.state == JobState::Completed)
+            .map(|c| c.count)
+            .sum();
+        if completed >= n {
+            break unix_us();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let handler_s = (handler_us.saturating_sub(start_us)) as f64 / 1e6;
+    let run_s = (done_us.saturating_sub(start_us)) as f64 / 1e6;
     for s in stdins.iter_mut() {
         let _ = writeln!(s, "stop");
         let _ = s.flush();
@@ -256,12 +273,46 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
         "procs": cfg.procs,
         "insert_s": insert_s,
         "insert_jobs_per_s": cfg.n as f64 / insert_s,
+        "handler_s": handler_s,
         "run_s": run_s,
         "jobs_per_s": cfg.n as f64 / run_s,
         "db_completed": completed,
         "db_remaining": remaining,
         "notes": notes,
     }))
+}
+
+/// A worker process with `slots` handler slots, its stdin and stdout; with `report_starts` it
+/// prints `start <unix µs>` as each handler starts (a latency run's other-process worker).
+fn spawn_worker(
+    cfg: &Config,
+    slots: usize,
+    report_starts: bool,
+) -> Result<
+    (
+        std::process::Child,
+        std::process::ChildStdin,
+        BufReader<std::process::ChildStdout>,
+    ),
+    String,
+> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(&exe)
+        .env("ONUS_BENCH_ROLE", "worker")
+        .env("ONUS_BENCH_SLOTS", slots.to_string())
+        .env(
+            "ONUS_BENCH_REPORT",
+            if report_starts { "starts" } else { "calls" },
+        )
+        .env("DATABASE_URL", &cfg.url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start a worker process: {e}"))?;
+    let stdin = child.stdin.take().ok_or("no worker stdin")?;
+    let stdout = BufReader::new(child.stdout.take().ok_or("no worker stdout")?);
+    Ok((child, stdin, stdout))
 }
 
 pub fn unix_us() -> u64 {
@@ -272,6 +323,9 @@ pub fn unix_us() -> u64 {
 }
 
 async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, String> {
+    if cfg.latency_client == "other" {
+        return latency_other(cfg, store).await;
+    }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let onus = Onus::builder(store.clone())
         .queue("default", cfg.concurrency)
@@ -303,6 +357,79 @@ async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, Str
         }
     }
     running.shutdown(Duration::from_secs(10)).await;
+    let notes = vec!["the inserting client and the worker share one process: an insert wakes the worker directly".to_string()];
+    Ok(latency_report(cfg, samples, enqueue, notes))
+}
+
+/// Latency with the inserting client in this process and the idle worker in another: the worker
+/// learns of each job from the database (PostgreSQL's NOTIFY, SQLite's poll). Start times are
+/// the worker's wall clock (one machine, one clock).
+async fn latency_other(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, String> {
+    let client = Onus::builder(store)
+        .build()
+        .map_err(|e| e.to_string())?
+        .client();
+    let (mut child, mut stdin, mut stdout) = spawn_worker(cfg, cfg.concurrency, true)?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let reader = std::thread::spawn(move || {
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            let mut parts = line.split_whitespace();
+            match (
+                parts.next(),
+                parts.next().and_then(|v| v.parse::<u64>().ok()),
+            ) {
+                (Some("ready"), _) => {
+                    let _ = tx.send(0);
+                }
+                (Some("start"), Some(t)) => {
+                    let _ = tx.send(t);
+                }
+                _ => {}
+            }
+            line.clear();
+        }
+    });
+    let ready = rx.recv().await;
+    if ready != Some(0) {
+        return Err("the worker process exited before it was ready".into());
+    }
+    writeln!(stdin, "go").map_err(|e| e.to_string())?;
+    stdin.flush().map_err(|e| e.to_string())?;
+    let mut samples = Vec::with_capacity(cfg.n);
+    let mut enqueue = Vec::with_capacity(cfg.n);
+    for i in 0..cfg.n + cfg.warmup {
+        let t0 = unix_us();
+        let e0 = Instant::now();
+        client
+            .insert(NewJob::new(KIND, json!({})))
+            .await
+            .map_err(|e| e.to_string())?;
+        let e1 = Instant::now();
+        let started = rx.recv().await.ok_or("the worker process stopped")?;
+        if i >= cfg.warmup {
+            samples.push(started.saturating_sub(t0) as f64 / 1000.0);
+            enqueue.push((e1 - e0).as_secs_f64() * 1000.0);
+        }
+        if cfg.gap_ms > 0 {
+            let extra = rand::random::<u64>() % (cfg.gap_ms + 1);
+            tokio::time::sleep(Duration::from_millis(cfg.gap_ms + extra)).await;
+        }
+    }
+    let _ = writeln!(stdin, "stop");
+    let _ = stdin.flush();
+    let _ = child.wait();
+    let _ = reader.join();
+    let notes = vec!["the inserting client is another process than the worker: the worker learns of a job from the database".to_string()];
+    Ok(latency_report(cfg, samples, enqueue, notes))
+}
+
+fn latency_report(
+    cfg: &Config,
+    mut samples: Vec<f64>,
+    mut enqueue: Vec<f64>,
+    mut notes: Vec<String>,
+) -> Value {
     samples.sort_by(f64::total_cmp);
     enqueue.sort_by(f64::total_cmp);
     let pct = |v: &[f64], p: f64| -> f64 {
@@ -317,17 +444,17 @@ async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, Str
     } else {
         samples.iter().sum::<f64>() / samples.len() as f64
     };
-    let mut notes = vec!["the inserting client and the worker share one process: an insert wakes the worker directly".to_string()];
     if cfg.procs != 1 {
         notes.push(format!(
             "WORKER_PROCS={} is ignored in latency mode: one worker process",
             cfg.procs
         ));
     }
-    Ok(json!({
+    json!({
         "peer": cfg.peer(),
         "version": env!("CARGO_PKG_VERSION"),
         "mode": "latency",
+        "latency_client": cfg.latency_client,
         "n": cfg.n,
         "samples": samples.len(),
         "p50_ms": pct(&samples, 50.0),
@@ -339,5 +466,5 @@ async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, Str
         "notify": true,
         "poll_interval_ms": Options::default().poll_interval.as_millis() as u64,
         "notes": notes,
-    }))
+    })
 }

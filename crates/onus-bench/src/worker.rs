@@ -16,6 +16,8 @@ pub fn main() -> ExitCode {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
+    // "calls": progress every few ms; "starts": one line per handler start (a latency run).
+    let starts = std::env::var("ONUS_BENCH_REPORT").as_deref() == Ok("starts");
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -31,8 +33,15 @@ pub fn main() -> ExitCode {
         let onus = Onus::builder(store)
             .queue("default", slots)
             .kind(Kind::new(KIND).handler(move |_ctx: JobContext| {
+                let now = unix_us();
                 c.fetch_add(1, Ordering::SeqCst);
-                l.store(unix_us(), Ordering::SeqCst);
+                l.store(now, Ordering::SeqCst);
+                if starts {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "start {now}");
+                    let _ = out.flush();
+                }
                 async { Ok(()) }
             }))
             .build()
@@ -56,7 +65,7 @@ pub fn main() -> ExitCode {
                 _ = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
             let n = calls.load(Ordering::SeqCst);
-            if n != reported {
+            if n != reported && !starts {
                 println!("calls {n} {}", last.load(Ordering::SeqCst));
                 reported = n;
             }

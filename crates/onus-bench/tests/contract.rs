@@ -47,7 +47,7 @@ async fn urls(dir: &std::path::Path) -> Vec<String> {
 async fn throughput_reports_exactly_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     for url in urls(dir.path()).await {
-        for procs in ["1", "2"] {
+        for procs in ["1", "2", "4"] {
             let url = if url.starts_with("sqlite") {
                 format!(
                     "sqlite://{}",
@@ -83,6 +83,7 @@ async fn throughput_reports_exactly_the_contract() {
                     "procs",
                     "insert_s",
                     "insert_jobs_per_s",
+                    "handler_s",
                     "run_s",
                     "jobs_per_s",
                     "db_completed",
@@ -108,6 +109,12 @@ async fn throughput_reports_exactly_the_contract() {
             );
             assert_eq!(v["procs"].as_u64(), Some(procs.parse().unwrap()));
             assert!(v["jobs_per_s"].as_f64().unwrap() > 0.0);
+            // The run ends when the database shows every job completed, after the last call.
+            let (handler_s, run_s) = (
+                v["handler_s"].as_f64().unwrap(),
+                v["run_s"].as_f64().unwrap(),
+            );
+            assert!(0.0 < handler_s && handler_s <= run_s, "{v}");
         }
     }
 }
@@ -115,9 +122,14 @@ async fn throughput_reports_exactly_the_contract() {
 #[tokio::test]
 async fn latency_reports_exactly_the_contract() {
     let dir = tempfile::tempdir().unwrap();
-    for url in urls(dir.path()).await {
+    for (url, client) in urls(dir.path())
+        .await
+        .into_iter()
+        .flat_map(|u| [(u.clone(), "same"), (u, "other")])
+    {
         let env = vec![
             ("DATABASE_URL", url),
+            ("LATENCY_CLIENT", client.into()),
             ("MODE", "latency".into()),
             ("N", "20".into()),
             ("LATENCY_GAP_MS", "1".into()),
@@ -134,6 +146,7 @@ async fn latency_reports_exactly_the_contract() {
                 "peer",
                 "version",
                 "mode",
+                "latency_client",
                 "n",
                 "samples",
                 "p50_ms",
@@ -158,6 +171,7 @@ async fn latency_reports_exactly_the_contract() {
             v["max_ms"].as_f64().unwrap(),
         );
         assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{v}");
+        assert_eq!(v["latency_client"], client);
     }
 }
 
@@ -179,4 +193,15 @@ fn failures_report_the_error_line_and_exit_non_zero() {
     ]);
     assert!(!ok);
     assert!(v["error"].as_str().unwrap().contains("MODE"), "{v}");
+    for (var, value, says) in [
+        ("WORKER_PROCS", "5", "WORKER_PROCS=5: use 1 to 4"),
+        ("LATENCY_CLIENT", "remote", "LATENCY_CLIENT=\"remote\""),
+    ] {
+        let (ok, v) = run(&[
+            ("DATABASE_URL", "sqlite://x.db".into()),
+            (var, value.into()),
+        ]);
+        assert!(!ok);
+        assert!(v["error"].as_str().unwrap().contains(says), "{v}");
+    }
 }
