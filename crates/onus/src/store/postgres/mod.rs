@@ -440,7 +440,6 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
     })
 }
 
-/// Records one finished attempt inside the open transaction `c`.
 /// Records one finished attempt inside the caller's open transaction (its lease key locked
 /// first, as [`Store::finish`] does).
 pub(crate) async fn finish_in(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
@@ -450,12 +449,15 @@ pub(crate) async fn finish_in(c: &impl GenericClient, f: &Finish) -> StoreResult
     finish_one(c, f, false).await
 }
 
+/// Records one finished attempt inside the open transaction `c`. The job is found by its id alone
+/// (the owner compared through coalesce(), as in [`Store::finish`]'s batches, so no plan walks the
+/// running-jobs index).
 async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
     let attempt = f.attempt as i32;
     let held = c
         .query_opt(
             "SELECT cancel_requested, lease_expires_at FROM onus_jobs
-             WHERE id = $1 AND state = 'running' AND lease_owner = $2 AND attempt = $3 FOR UPDATE",
+             WHERE id = $1 AND state = 'running' AND coalesce(lease_owner, '') = $2 AND attempt = $3 FOR UPDATE",
             &[&f.id, &f.owner, &attempt],
         )
         .await
