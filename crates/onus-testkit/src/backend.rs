@@ -64,17 +64,12 @@ impl TestDb {
     pub async fn batch_execute(&self, sql: &str) {
         match self.backend {
             Backend::Sqlite => {
-                let path = self.dir.path().join("onus.db");
-                let conn = rusqlite::Connection::open(&path)
-                    .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-                conn.execute_batch(sql)
+                self.sqlite_conn()
+                    .execute_batch(sql)
                     .unwrap_or_else(|e| panic!("SQL failed on SQLite: {e}"));
             }
             Backend::Postgres => {
-                let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-                    .await
-                    .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
-                let driver = tokio::spawn(conn);
+                let (client, driver) = self.pg_conn().await;
                 client
                     .batch_execute(sql)
                     .await
@@ -92,9 +87,7 @@ impl TestDb {
     pub async fn lock_writes(&self) -> WriteLock {
         match self.backend {
             Backend::Sqlite => {
-                let path = self.dir.path().join("onus.db");
-                let conn = rusqlite::Connection::open(&path)
-                    .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+                let conn = self.sqlite_conn();
                 conn.busy_timeout(std::time::Duration::from_secs(30))
                     .unwrap_or_else(|e| panic!("busy timeout: {e}"));
                 conn.execute_batch("BEGIN IMMEDIATE")
@@ -102,10 +95,7 @@ impl TestDb {
                 WriteLock::Sqlite(conn)
             }
             Backend::Postgres => {
-                let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-                    .await
-                    .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
-                let driver = tokio::spawn(conn);
+                let (client, driver) = self.pg_conn().await;
                 client
                     .batch_execute("BEGIN; LOCK TABLE onus_jobs IN EXCLUSIVE MODE")
                     .await
@@ -113,6 +103,26 @@ impl TestDb {
                 WriteLock::Postgres(client, driver)
             }
         }
+    }
+
+    /// A connection of its own to the SQLite file.
+    fn sqlite_conn(&self) -> rusqlite::Connection {
+        let path = self.dir.path().join("onus.db");
+        rusqlite::Connection::open(&path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()))
+    }
+
+    /// A connection of its own to the PostgreSQL database, and the task driving it.
+    async fn pg_conn(
+        &self,
+    ) -> (
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+    ) {
+        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
+        (client, tokio::spawn(conn))
     }
 
     /// A directory that lives as long as the database, for other files of the test.

@@ -243,17 +243,7 @@ async fn dispatch(
 
 /// Queues the outcome of a held job; the finisher releases the hold once it is written.
 fn send(shared: &Shared, finish: &mpsc::UnboundedSender<Outcome>, f: Finish, hold: &Hold) {
-    send_counted(shared, finish, f, hold, None);
-}
-
-fn send_counted(
-    shared: &Shared,
-    finish: &mpsc::UnboundedSender<Outcome>,
-    f: Finish,
-    hold: &Hold,
-    counted: Option<(String, Option<Duration>)>,
-) {
-    send_outcome(shared, finish, f, hold, counted, false)
+    send_outcome(shared, finish, f, hold, None, false);
 }
 
 fn send_outcome(
