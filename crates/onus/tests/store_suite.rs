@@ -525,7 +525,7 @@ async fn migrations_are_recorded_per_line(backend: Backend) {
     assert_eq!(st.len(), 1);
     assert_eq!(
         (st[0].line.as_str(), st[0].version, st[0].latest),
-        ("jobs", 3, 3)
+        ("jobs", 4, 4)
     );
     assert!(st[0].is_current() && st[0].applied_at.is_some());
     assert!(w.store.migrate(&[]).await.unwrap().is_empty());
@@ -647,7 +647,59 @@ async fn a_paused_queue_claims_nothing_until_resumed(backend: Backend) {
     );
 }
 
+/// Claims through a backlog take every job once, in order; a job that sorts before what was
+/// already taken (handed back, or more urgent and inserted later) is still claimed, at the latest
+/// by the claim that reaches the backlog's end (on PostgreSQL claims resume after a cursor).
+async fn claims_through_a_backlog_miss_nothing_sorting_before_what_they_took(backend: Backend) {
+    let w = world(backend).await;
+    let rows: Vec<InsertRow> = (0..30).map(|_| w.row("a")).collect();
+    let jobs: Vec<Job> = w
+        .store
+        .insert(rows)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.job)
+        .collect();
+    let first = w.claim(&["a"], 10, w.now).await;
+    assert_eq!(
+        first.iter().map(|j| j.id).collect::<Vec<_>>(),
+        jobs[..10].iter().map(|j| j.id).collect::<Vec<_>>()
+    );
+    // One of them handed back unstarted: available again, its key before the cursor.
+    let back = &first[2];
+    let applied = w
+        .store
+        .finish(vec![w.finish(back, Transition::Return, w.now)])
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true]);
+    assert_eq!(w.get(back).await.state, JobState::Available);
+    // A more urgent job inserted behind the backlog.
+    let urgent = w
+        .insert(InsertRow {
+            priority: -1,
+            ..w.row("a")
+        })
+        .await;
+    let mut seen: Vec<i64> = first.iter().map(|j| j.id).collect();
+    for _ in 0..5 {
+        seen.extend(w.claim(&["a"], 10, w.now).await.iter().map(|j| j.id));
+    }
+    let mut want: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    want.push(back.id);
+    want.push(urgent.id);
+    seen.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(
+        seen, want,
+        "every job claimed once, the handed-back one twice"
+    );
+    assert!(w.claim(&["a"], 10, w.now).await.is_empty());
+}
+
 onus_testkit::both!(
+    claims_through_a_backlog_miss_nothing_sorting_before_what_they_took,
     filters_by_tag_time_and_text_alike_and_delete_takes_finished_jobs,
     a_paused_queue_claims_nothing_until_resumed,
     a_corrupted_job_row_is_an_error_naming_its_column,

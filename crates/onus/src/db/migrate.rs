@@ -59,13 +59,15 @@ pub static JOBS: Line = Line {
         "../../migrations/jobs/sqlite",
         "001_jobs.sql",
         "002_tags_and_queues.sql",
-        "003_counts.sql"
+        "003_counts.sql",
+        "004_drop_running_by_owner.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
         "001_jobs.sql",
         "002_tags_and_queues.sql",
-        "003_counts.sql"
+        "003_counts.sql",
+        "004_drop_running_by_owner.sql"
     ),
 };
 

@@ -1,6 +1,8 @@
 //! Workers: claim due jobs in batches, run each handler with its kind's timeout, turn the answer
 //! into a transition, and record outcomes in batches.
 
+use crate::StoreResult;
+use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,98 +53,169 @@ pub(crate) async fn run_queue(
         _ = shared.skew.measured() => {}
         _ = stop.cancelled() => {}
     }
+    // Up to two claims are in flight at once: each one's statement runs while the other waits for
+    // its durable commit, so the disk's commit time no longer bounds how fast jobs are taken.
+    let mut inflight = futures_util::stream::FuturesUnordered::new();
+    // The last claim came back short: wait for a wake-up (or the poll) before claiming again.
+    let mut drained = false;
     loop {
-        let first = tokio::select! {
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stop.cancelled() => break,
-        };
-        // A clock far off the database's writes leases others misread: take none until it agrees.
-        if !super::skew::Skew::within_bound(&shared) {
-            drop(first);
-            tokio::select! {
-                _ = tokio::time::sleep(shared.options.poll_interval) => {}
-                _ = stop.cancelled() => break,
-            }
-            continue;
-        }
-        let mut permits = vec![first];
-        while permits.len() < batch {
-            match slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
-        }
-        let now = shared.clock.now();
-        let started = Instant::now(); // the claimed leases run from here
-        let req = ClaimRequest {
-            queue: queue.clone(),
-            kinds: kinds.clone(),
-            limit: permits.len(),
-            owner: shared.owner.clone(),
-            now,
-            lease_until: add(now, shared.options.lease_ttl),
-        };
-        let wanted = permits.len();
-        let claimed = match shared.store.claim(req).await {
-            Ok(jobs) => {
-                if failing {
-                    tracing::info!(queue = %queue, "claiming works again");
-                    failing = false;
-                }
-                jobs
-            }
-            Err(e) => {
-                if !failing {
-                    tracing::error!(queue = %queue, error = %e, "cannot claim jobs; will keep trying every poll interval");
-                    failing = true;
-                }
-                Vec::new()
-            }
-        };
-        let got = claimed.len();
-        // A claim that answered after most of a lease: the leases may run out before a renewal
-        // reaches the database, so these jobs are handed back unstarted (a guarded write: if a
-        // rescuer took one meanwhile, it stays the rescuer's) instead of run here.
-        let claimed = if started.elapsed() >= super::maintenance::fence_after(&shared) {
-            tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; handing them back");
-            for job in &claimed {
-                let _ = finish.send(Outcome::unheld(finish_of(
-                    &shared,
-                    job,
-                    Transition::Return,
-                    None,
-                )));
-            }
-            Vec::new()
-        } else {
-            claimed
-        };
-        let claimed_at = shared.clock.now();
-        for job in claimed {
-            super::metrics::picked_up(&queue, claimed_at - job.run_at);
-            let permit = permits.pop();
-            // Held here before anything can await: the rescuer never takes it.
-            let hold = shared.hub.register(job.id, job.attempt, started);
-            let _ = ready.send(Ready {
-                job,
-                hold,
-                claimed: permit,
-            });
-        }
-        drop(permits);
-        if got == wanted && got > 0 {
-            continue; // more may be due right now
-        }
-        let poll = shared.options.poll_interval;
         tokio::select! {
-            _ = notify.notified() => {}
-            _ = tokio::time::sleep(poll) => {}
-            _ = jumped(&mut jumps) => {}
+            biased;
             _ = stop.cancelled() => break,
+            Some((claimed, permits, started, wanted)) = inflight.next(), if !inflight.is_empty() => {
+                let got = take_claimed(&shared, &queue, &ready, &finish, claimed, permits, started, &mut failing);
+                if got < wanted || got == 0 {
+                    drained = true;
+                }
+            }
+            first = slots.clone().acquire_owned(), if inflight.len() < MAX_CLAIMS_IN_FLIGHT && !drained => {
+                let Ok(first) = first else { break };
+                // A clock far off the database's writes leases others misread: take none until
+                // it agrees.
+                if !super::skew::Skew::within_bound(&shared) {
+                    drop(first);
+                    tokio::select! {
+                        _ = tokio::time::sleep(shared.options.poll_interval) => {}
+                        _ = stop.cancelled() => break,
+                    }
+                    continue;
+                }
+                let permits = gather(&slots, first, batch.min(concurrency), &stop).await;
+                let now = shared.clock.now();
+                let started = Instant::now(); // the claimed leases run from here
+                let req = ClaimRequest {
+                    queue: queue.clone(),
+                    kinds: kinds.clone(),
+                    limit: permits.len(),
+                    owner: shared.owner.clone(),
+                    now,
+                    lease_until: add(now, shared.options.lease_ttl),
+                };
+                let wanted = permits.len();
+                let store = shared.store.clone();
+                inflight.push(async move { (store.claim(req).await, permits, started, wanted) });
+            }
+            _ = notify.notified(), if drained && inflight.is_empty() => drained = false,
+            _ = tokio::time::sleep(shared.options.poll_interval), if drained && inflight.is_empty() => drained = false,
+            _ = jumped(&mut jumps), if drained && inflight.is_empty() => drained = false,
         }
+    }
+    // Claims still in flight end here; what they took is handed back.
+    while let Some((claimed, permits, started, _)) = inflight.next().await {
+        take_claimed(
+            &shared,
+            &queue,
+            &ready,
+            &finish,
+            claimed,
+            permits,
+            started,
+            &mut failing,
+        );
     }
     drop(ready);
     let _ = dispatcher.await;
+}
+
+/// The longest a claim waits for half its queue's slots to free.
+const GATHER_FOR: Duration = Duration::from_millis(1);
+/// Claims of one queue in flight at once.
+const MAX_CLAIMS_IN_FLIGHT: usize = 2;
+
+/// The permits a claim asks with: `first`, those free now, and, under load, those that free
+/// within [`GATHER_FOR`] until there are `gather`. Slots free one at a time as attempts end, and a
+/// claim started at the first would take a few jobs and pay a claim's fixed cost (a statement and
+/// a durable commit) for each few; the other half of the slots still holds claimed jobs ready to
+/// start, so handlers are not kept waiting.
+async fn gather(
+    slots: &Arc<Semaphore>,
+    first: tokio::sync::OwnedSemaphorePermit,
+    gather: usize,
+    stop: &CancellationToken,
+) -> Vec<tokio::sync::OwnedSemaphorePermit> {
+    let mut permits = vec![first];
+    while permits.len() < gather {
+        match slots.clone().try_acquire_owned() {
+            Ok(p) => permits.push(p),
+            Err(_) => break,
+        }
+    }
+    if permits.len() < gather {
+        let until = tokio::time::Instant::now() + GATHER_FOR;
+        while permits.len() < gather {
+            tokio::select! {
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                },
+                _ = tokio::time::sleep_until(until) => break,
+                _ = stop.cancelled() => break,
+            }
+        }
+    }
+    permits
+}
+
+/// Takes a claim's answer: holds each job and queues it to start (or hands all back when the
+/// claim answered too late to run them safely); returns how many jobs came.
+#[allow(clippy::too_many_arguments)]
+fn take_claimed(
+    shared: &Arc<Shared>,
+    queue: &str,
+    ready: &mpsc::UnboundedSender<Ready>,
+    finish: &mpsc::UnboundedSender<Outcome>,
+    claimed: StoreResult<Vec<Job>>,
+    mut permits: Vec<tokio::sync::OwnedSemaphorePermit>,
+    started: Instant,
+    failing: &mut bool,
+) -> usize {
+    let claimed = match claimed {
+        Ok(jobs) => {
+            if *failing {
+                tracing::info!(queue = %queue, "claiming works again");
+                *failing = false;
+            }
+            jobs
+        }
+        Err(e) => {
+            if !*failing {
+                tracing::error!(queue = %queue, error = %e, "cannot claim jobs; will keep trying every poll interval");
+                *failing = true;
+            }
+            Vec::new()
+        }
+    };
+    let got = claimed.len();
+    // A claim that answered after most of a lease: the leases may run out before a renewal
+    // reaches the database, so these jobs are handed back unstarted (a guarded write: if a
+    // rescuer took one meanwhile, it stays the rescuer's) instead of run here.
+    let claimed = if started.elapsed() >= super::maintenance::fence_after(shared) {
+        tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; handing them back");
+        for job in &claimed {
+            let _ = finish.send(Outcome::unheld(finish_of(
+                shared,
+                job,
+                Transition::Return,
+                None,
+            )));
+        }
+        Vec::new()
+    } else {
+        claimed
+    };
+    let claimed_at = shared.clock.now();
+    for job in claimed {
+        super::metrics::picked_up(queue, claimed_at - job.run_at);
+        let permit = permits.pop();
+        // Held here before anything can await: the rescuer never takes it.
+        let hold = shared.hub.register(job.id, job.attempt, started);
+        let _ = ready.send(Ready {
+            job,
+            hold,
+            claimed: permit,
+        });
+    }
+    got
 }
 
 /// A claimed job waiting for a run slot.

@@ -2,22 +2,25 @@
 -- Two range scans of partial indexes (due available jobs by priority; delayed jobs whose run_at has
 -- passed, oldest first), each locking with SKIP LOCKED so concurrent claimers never wait on or
 -- take each other's rows, merged by priority. A paused queue (onus_queues.paused_at set) claims nothing.
+-- `/*after*/` is where a claim that resumes from this process's cursor adds
+-- `AND (queue, priority, run_at, id) > ($4, $7, $8, $9)` (see `Cursors` in mod.rs); the last
+-- column returned says which scan found the job (0 available, 1 delayed).
 WITH available AS (
-    SELECT id, priority, run_at FROM onus_jobs
-    WHERE state = 'available' AND queue = $4 AND kind = ANY($5)
+    SELECT id, priority, run_at, 0 AS src FROM onus_jobs
+    WHERE state = 'available' AND queue = $4 AND kind = ANY($5) /*after*/
       AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $4 AND paused_at IS NOT NULL)
     ORDER BY priority, run_at, id
     LIMIT $6
     FOR UPDATE SKIP LOCKED
 ), delayed AS (
-    SELECT id, priority, run_at FROM onus_jobs
+    SELECT id, priority, run_at, 1 AS src FROM onus_jobs
     WHERE state IN ('scheduled', 'retryable', 'snoozed') AND queue = $4 AND run_at <= $1 AND kind = ANY($5)
       AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $4 AND paused_at IS NOT NULL)
     ORDER BY run_at
     LIMIT $6
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM available UNION ALL SELECT * FROM delayed) due
+    SELECT id, src FROM (SELECT * FROM available UNION ALL SELECT * FROM delayed) due
     ORDER BY priority, run_at, id
     LIMIT $6
 )
@@ -28,4 +31,4 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.queue, j.args, j.priority, j.state, j.attempt, j.max_attempts, j.run_at, j.created_at,
     j.attempted_at, j.finalized_at, j.errors, j.snoozes, j.discard_reason, j.unique_key, j.lease_key,
-    j.lease_owner, j.lease_expires_at, j.cancel_requested, j.tags
+    j.lease_owner, j.lease_expires_at, j.cancel_requested, j.tags, picked.src
