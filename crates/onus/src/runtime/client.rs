@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::clock::{self, Timestamp};
 use crate::job::{Job, JobId, JobState, NewJob, RunAt};
 use crate::store::{
-    pick_retries, CancelOutcome, InsertRow, Inserted, JobFilter, RetriedKeys, RetryOutcome, Store,
-    StoreError, CANCELLABLE_STATES, DELETABLE_STATES, RETRYABLE_STATES,
+    pick_retries, CancelOutcome, InsertClaim, InsertRow, Inserted, JobFilter, RetriedKeys,
+    RetryOutcome, Store, StoreError, CANCELLABLE_STATES, DELETABLE_STATES, RETRYABLE_STATES,
 };
 
 use super::Shared;
@@ -122,6 +122,12 @@ pub(crate) fn check_name(what: &str, v: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The free slots one insert found at a queue's door.
+struct Offer {
+    intake: Option<Arc<super::worker::Intake>>,
+    permits: Vec<tokio::sync::OwnedSemaphorePermit>,
+}
+
 impl Client {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -179,13 +185,70 @@ impl Client {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let out = self.shared.store.insert(rows).await?;
+        let out = self.insert_rows(rows).await?;
         let mut woken = std::collections::HashSet::new();
         for i in &out {
             if i.inserted && i.job.state == JobState::Available && woken.insert(i.job.queue.clone())
             {
                 self.shared.hub.wake(&i.job.queue);
             }
+        }
+        Ok(out)
+    }
+
+    /// Inserts `rows`. Those due now, of a kind this process runs, whose queue's worker here is
+    /// idle, are claimed by the insert itself (one commit for both) and start at once, each in a
+    /// free slot of its queue.
+    async fn insert_rows(&self, rows: Vec<InsertRow>) -> Result<Vec<Inserted>, Error> {
+        let shared = &self.shared;
+        let mut take = vec![false; rows.len()];
+        let mut doors: std::collections::HashMap<&str, Offer> = std::collections::HashMap::new();
+        if super::skew::Skew::within_bound(shared) {
+            for (i, r) in rows.iter().enumerate() {
+                let runs_here = shared
+                    .kinds
+                    .get(&r.kind)
+                    .is_some_and(|k| k.handler.is_some());
+                if r.state != JobState::Available || r.unique_key.is_some() || !runs_here {
+                    continue;
+                }
+                let offer = doors.entry(r.queue.as_str()).or_insert_with(|| Offer {
+                    intake: shared.hub.intake(&r.queue),
+                    permits: Vec::new(),
+                });
+                if let Some(p) = offer.intake.as_ref().and_then(|d| d.offer()) {
+                    offer.permits.push(p);
+                    take[i] = true;
+                }
+            }
+        }
+        if !take.contains(&true) {
+            return Ok(shared.store.insert(rows).await?);
+        }
+        let started = std::time::Instant::now();
+        let now = shared.clock.now();
+        let claim = InsertClaim {
+            owner: shared.owner.clone(),
+            now,
+            lease_until: clock::add(now, shared.options.lease_ttl),
+            take,
+        };
+        let mut doors: Vec<(String, Offer)> =
+            doors.into_iter().map(|(q, o)| (q.to_string(), o)).collect();
+        let out = shared.store.insert_claiming(rows, claim).await?;
+        for (queue, offer) in doors.drain(..) {
+            let Some(intake) = offer.intake else { continue };
+            let jobs: Vec<Job> = out
+                .iter()
+                .filter(|i| {
+                    i.inserted
+                        && i.job.queue == queue
+                        && i.job.state == JobState::Running
+                        && i.job.lease_owner.as_deref() == Some(shared.owner.as_str())
+                })
+                .map(|i| i.job.clone())
+                .collect();
+            intake.deliver(shared, &queue, jobs, offer.permits, started);
         }
         Ok(out)
     }

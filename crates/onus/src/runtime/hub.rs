@@ -59,6 +59,8 @@ pub(crate) struct Snapshot {
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Each running queue's door for this process's own inserts.
+    intakes: Mutex<HashMap<String, Arc<super::worker::Intake>>>,
     held: Mutex<HashMap<JobId, Entry>>,
     serial: AtomicU64,
     /// When a write of this process (a renewal, an outcome) last reached the database.
@@ -73,6 +75,24 @@ impl Hub {
     pub(crate) fn queue(&self, name: &str) -> Arc<Notify> {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         q.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Opens (`Some`) or closes `queue`'s door for this process's own inserts.
+    pub(crate) fn set_intake(&self, queue: &str, intake: Option<Arc<super::worker::Intake>>) {
+        let mut m = self.intakes.lock().unwrap_or_else(|e| e.into_inner());
+        match intake {
+            Some(i) => m.insert(queue.to_string(), i),
+            None => m.remove(queue),
+        };
+    }
+
+    /// `queue`'s door for this process's own inserts, while its worker runs.
+    pub(crate) fn intake(&self, queue: &str) -> Option<Arc<super::worker::Intake>> {
+        self.intakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(queue)
+            .cloned()
     }
 
     /// Tells the workers of `queue` that a job may be due.

@@ -1,11 +1,11 @@
 //! Workers: claim due jobs in batches, run each handler with its kind's timeout, turn the answer
 //! into a transition, and record outcomes in batches.
 
-use crate::StoreResult;
-use futures_util::StreamExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -17,6 +17,7 @@ use crate::clock::add;
 use crate::job::Job;
 use crate::outcome::{decide, AttemptEnd, Transition};
 use crate::store::{ClaimRequest, Finish, LeaseDecision, StoreError};
+use crate::StoreResult;
 
 /// One queue's producer: claims due jobs in batches and spawns their attempts.
 ///
@@ -34,6 +35,13 @@ pub(crate) async fn run_queue(
 ) {
     let slots = Arc::new(Semaphore::new(concurrency * 2)); // claimed: running or ready
     let (ready, ready_rx) = mpsc::unbounded_channel::<Ready>();
+    let intake = Arc::new(Intake {
+        slots: slots.clone(),
+        idle: AtomicBool::new(false),
+        ready: ready.clone(),
+        finish: finish.clone(),
+    });
+    shared.hub.set_intake(&queue, Some(intake.clone()));
     let dispatcher = tokio::spawn(dispatch(
         shared.clone(),
         ready_rx,
@@ -54,21 +62,32 @@ pub(crate) async fn run_queue(
         _ = stop.cancelled() => {}
     }
     // Up to two claims are in flight at once: each one's statement runs while the other waits for
-    // its durable commit, so the disk's commit time no longer bounds how fast jobs are taken.
+    // its durable commit, so the disk's commit time no longer bounds how fast jobs are taken. The
+    // two run concurrently, so either may take the jobs that come first: an answer that arrives
+    // while the other claim is still out is held, no new claim starts meanwhile, and the jobs of
+    // both start together in order (priority, run_at, id).
     let mut inflight = futures_util::stream::FuturesUnordered::new();
+    let mut held: Vec<Claimed> = Vec::new();
     // The last claim came back short: wait for a wake-up (or the poll) before claiming again.
     let mut drained = false;
     loop {
+        // Idle: this process's own inserts may claim for this queue (see `Intake`).
+        intake
+            .idle
+            .store(drained && inflight.is_empty(), Ordering::SeqCst);
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            Some((claimed, permits, started, wanted)) = inflight.next(), if !inflight.is_empty() => {
-                let got = take_claimed(&shared, &queue, &ready, &finish, claimed, permits, started, &mut failing);
-                if got < wanted || got == 0 {
-                    drained = true;
+            Some(answer) = inflight.next(), if !inflight.is_empty() => {
+                held.push(answer);
+                if inflight.is_empty() {
+                    let (got, wanted) = take_answers(&shared, &queue, &ready, &finish, std::mem::take(&mut held), &mut failing);
+                    if got < wanted || got == 0 {
+                        drained = true;
+                    }
                 }
             }
-            first = slots.clone().acquire_owned(), if inflight.len() < MAX_CLAIMS_IN_FLIGHT && !drained => {
+            first = slots.clone().acquire_owned(), if inflight.len() < MAX_CLAIMS_IN_FLIGHT && held.is_empty() && !drained => {
                 let Ok(first) = first else { break };
                 // A clock far off the database's writes leases others misread: take none until
                 // it agrees.
@@ -100,21 +119,69 @@ pub(crate) async fn run_queue(
             _ = jumped(&mut jumps), if drained && inflight.is_empty() => drained = false,
         }
     }
+    intake.idle.store(false, Ordering::SeqCst);
+    shared.hub.set_intake(&queue, None);
+    drop(intake);
     // Claims still in flight end here; what they took is handed back.
-    while let Some((claimed, permits, started, _)) = inflight.next().await {
+    while let Some(answer) = inflight.next().await {
+        held.push(answer);
+    }
+    take_answers(&shared, &queue, &ready, &finish, held, &mut failing);
+    drop(ready);
+    let _ = dispatcher.await;
+}
+
+/// A queue's door for the jobs its own process inserts while the queue is idle (its last claim
+/// found nothing more and none is in flight): the insert claims them in its own transaction, one
+/// commit for both, and hands them here to start, under the same slots, holds and fence as claimed
+/// jobs. Under a backlog the queue is not idle and inserts wait their turn in the database.
+pub(crate) struct Intake {
+    slots: Arc<Semaphore>,
+    idle: AtomicBool,
+    ready: mpsc::UnboundedSender<Ready>,
+    finish: mpsc::UnboundedSender<Outcome>,
+}
+
+impl std::fmt::Debug for Intake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Intake")
+            .field("idle", &self.idle.load(Ordering::SeqCst))
+            .field("free", &self.slots.available_permits())
+            .finish()
+    }
+}
+
+impl Intake {
+    /// A free slot for one inserted job, if the queue is idle.
+    pub(crate) fn offer(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if !self.idle.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Starts the jobs an insert claimed (`started`: when the insert began; their leases run from
+    /// then). Unused permits are released.
+    pub(crate) fn deliver(
+        &self,
+        shared: &Arc<Shared>,
+        queue: &str,
+        jobs: Vec<Job>,
+        permits: Vec<tokio::sync::OwnedSemaphorePermit>,
+        started: Instant,
+    ) {
+        let mut failing = false;
         take_claimed(
-            &shared,
-            &queue,
-            &ready,
-            &finish,
-            claimed,
+            shared,
+            queue,
+            &self.ready,
+            &self.finish,
+            Ok(jobs),
             permits,
             started,
             &mut failing,
         );
     }
-    drop(ready);
-    let _ = dispatcher.await;
 }
 
 /// The longest a claim waits for half its queue's slots to free.
@@ -154,6 +221,61 @@ async fn gather(
         }
     }
     permits
+}
+
+/// A claim's answer, with the permits it asked with, when it started, and how many it asked for.
+type Claimed = (
+    StoreResult<Vec<Job>>,
+    Vec<tokio::sync::OwnedSemaphorePermit>,
+    Instant,
+    usize,
+);
+
+/// Takes the answers of claims that were in flight together, their jobs in order; returns how
+/// many jobs came and how many were asked for.
+fn take_answers(
+    shared: &Arc<Shared>,
+    queue: &str,
+    ready: &mpsc::UnboundedSender<Ready>,
+    finish: &mpsc::UnboundedSender<Outcome>,
+    answers: Vec<Claimed>,
+    failing: &mut bool,
+) -> (usize, usize) {
+    let (mut jobs, mut permits, mut wanted) = (Vec::new(), Vec::new(), 0);
+    let mut started: Option<Instant> = None;
+    let mut ok = false;
+    for (claimed, p, s, w) in answers {
+        wanted += w;
+        permits.extend(p);
+        started = Some(started.map_or(s, |t| t.min(s))); // the leases run from the earliest
+        match claimed {
+            Ok(j) => {
+                ok = true;
+                jobs.extend(j);
+            }
+            Err(e) => {
+                take_claimed(shared, queue, ready, finish, Err(e), Vec::new(), s, failing);
+            }
+        }
+    }
+    let Some(started) = started else {
+        return (0, 0);
+    };
+    if !ok {
+        return (0, wanted);
+    }
+    jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
+    let got = take_claimed(
+        shared,
+        queue,
+        ready,
+        finish,
+        Ok(jobs),
+        permits,
+        started,
+        failing,
+    );
+    (got, wanted)
 }
 
 /// Takes a claim's answer: holds each job and queues it to start (or hands all back when the

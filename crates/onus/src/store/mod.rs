@@ -144,6 +144,22 @@ pub struct InsertRow {
     pub tags: Vec<String>,
 }
 
+/// A claim an insert makes itself, for a worker of the inserting process that is idle: the rows
+/// marked in `take` that are due now (`available`) and carry no unique key are written `running`
+/// (attempt 1, leased to `owner` until `lease_until`) in the insert's own transaction, so the job
+/// is durable and claimed with one commit. Rows of a queue paused by hand are inserted as usual.
+#[derive(Debug, Clone)]
+pub struct InsertClaim {
+    /// The claiming process.
+    pub owner: String,
+    /// The claim time.
+    pub now: Timestamp,
+    /// When the lease expires unless renewed.
+    pub lease_until: Timestamp,
+    /// Which rows (by position) to claim.
+    pub take: Vec<bool>,
+}
+
 /// The answer to one insert.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inserted {
@@ -633,6 +649,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Inserts jobs in one transaction, in order.
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>>;
+
+    /// Inserts jobs as [`Store::insert`] does, claiming some in the same transaction as `claim`
+    /// says; the answer shows which (`running`, leased to the claim's owner). A store that cannot
+    /// claims none.
+    async fn insert_claiming(
+        &self,
+        rows: Vec<InsertRow>,
+        claim: InsertClaim,
+    ) -> StoreResult<Vec<Inserted>> {
+        let _ = claim;
+        self.insert(rows).await
+    }
 
     /// Claims up to `limit` due jobs: `state = running`, `attempt + 1`, leased to `owner`.
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>>;

@@ -414,17 +414,68 @@ async fn claim_from_start(
 
 /// Inserts one job through `client`, which may be the caller's own open transaction
 /// ([`crate::db::PgTx`]). Idle workers are notified when the transaction commits.
-pub(crate) async fn insert_tx(
-    client: &impl GenericClient,
+pub(crate) async fn insert_tx<C: GenericClient + Sync>(
+    client: &C,
     row: InsertRow,
 ) -> StoreResult<Inserted> {
-    let out = insert_rows(client, &[row]).await?;
+    let out = insert_rows(&Plain(client), &[row], None).await?;
     out.into_iter()
         .next()
         .ok_or_else(|| StoreError::Query("nothing was inserted".into()))
 }
 
-async fn insert_rows(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<Vec<Inserted>> {
+/// A connection that prepares statements: the pool's own keep each prepared per connection (an
+/// insert's statement planned once, not at every insert: 1.2 ms against 2.0 ms for one insert and
+/// its durable commit on this machine), a caller's own connection prepares them each time.
+trait Prepares: Sync {
+    type Client: GenericClient + Sync;
+    fn client(&self) -> &Self::Client;
+    fn statement<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
+           + Send
+           + 'a;
+}
+
+impl<'t> Prepares for deadpool_postgres::Transaction<'t> {
+    type Client = tokio_postgres::Transaction<'t>;
+    fn client(&self) -> &Self::Client {
+        self
+    }
+    fn statement<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
+           + Send
+           + 'a {
+        self.prepare_cached(sql)
+    }
+}
+
+/// A caller's own connection or transaction: nothing cached on it.
+struct Plain<'c, C>(&'c C);
+
+impl<C: GenericClient + Sync> Prepares for Plain<'_, C> {
+    type Client = C;
+    fn client(&self) -> &C {
+        self.0
+    }
+    fn statement<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
+           + Send
+           + 'a {
+        self.0.prepare(sql)
+    }
+}
+
+async fn insert_rows(
+    c: &impl Prepares,
+    rows: &[InsertRow],
+    claim: Option<&InsertClaim>,
+) -> StoreResult<Vec<Inserted>> {
     let mut out = Vec::with_capacity(rows.len());
     let mut i = 0;
     while i < rows.len() {
@@ -437,7 +488,13 @@ async fn insert_rows(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
             .iter()
             .position(|r| r.unique_key.is_some())
             .map_or(rows.len(), |p| i + p);
-        out.extend(insert_bulk(c, &rows[i..end]).await?);
+        let take: Vec<bool> = (i..end)
+            .map(|k| {
+                rows[k].state == JobState::Available
+                    && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
+            })
+            .collect();
+        out.extend(insert_bulk(c, &rows[i..end], &take, claim).await?);
         i = end;
     }
     let mut queues: Vec<&str> = out
@@ -448,17 +505,23 @@ async fn insert_rows(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
     queues.sort_unstable();
     queues.dedup();
     if !queues.is_empty() {
-        c.execute(
-            "SELECT pg_notify('onus_jobs', q) FROM unnest($1::text[]) AS q",
-            &[&queues],
-        )
-        .await
-        .map_err(q)?;
+        let stmt = c
+            .statement("SELECT pg_notify('onus_jobs', q) FROM unnest($1::text[]) AS q")
+            .await
+            .map_err(q)?;
+        c.client().execute(&stmt, &[&queues]).await.map_err(q)?;
     }
     Ok(out)
 }
 
-async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<Vec<Inserted>> {
+/// Inserts rows without unique keys in one statement. A row whose `take` is set is written
+/// `running` under `claim`, unless its queue is paused by hand.
+async fn insert_bulk(
+    c: &impl Prepares,
+    rows: &[InsertRow],
+    take: &[bool],
+    claim: Option<&InsertClaim>,
+) -> StoreResult<Vec<Inserted>> {
     let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
     let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
     let args: Vec<&serde_json::Value> = rows.iter().map(|r| &r.args).collect();
@@ -470,17 +533,30 @@ async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
     let lease_keys: Vec<Option<&str>> = rows.iter().map(|r| r.lease_key.as_deref()).collect();
     let tags: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::json!(r.tags)).collect();
     let sql = format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags)
-             SELECT kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags
-             FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::text[], $6::integer[],
-                         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[])
-                  WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags, ord)
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags,
+                                    attempt, attempted_at, lease_owner, lease_expires_at)
+             SELECT kind, queue, args, priority, CASE WHEN took THEN 'running' ELSE state END, max_attempts, run_at,
+                    created_at, lease_key, tags, CASE WHEN took THEN 1 ELSE 0 END,
+                    CASE WHEN took THEN $12::timestamptz END, CASE WHEN took THEN $13::text END,
+                    CASE WHEN took THEN $14::timestamptz END
+             FROM (SELECT t.*, t.take AND NOT EXISTS (
+                          SELECT 1 FROM onus_queues q WHERE q.name = t.queue AND q.paused_at IS NOT NULL) AS took
+                   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::text[], $6::integer[],
+                               $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[], $11::boolean[])
+                        WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at,
+                                             lease_key, tags, take, ord)) s
              ORDER BY ord
              RETURNING {JOB_COLS}"
         );
+    let (claim_at, owner, lease_until) = match claim {
+        Some(c) => (Some(c.now), Some(c.owner.as_str()), Some(c.lease_until)),
+        None => (None, None, None),
+    };
+    let stmt = c.statement(&sql).await.map_err(q)?;
     let got = c
+        .client()
         .query(
-            &sql,
+            &stmt,
             &[
                 &kinds,
                 &queues,
@@ -492,6 +568,10 @@ async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
                 &created,
                 &lease_keys,
                 &tags,
+                &take,
+                &claim_at,
+                &owner,
+                &lease_until,
             ],
         )
         .await
@@ -507,7 +587,7 @@ async fn insert_bulk(c: &impl GenericClient, rows: &[InsertRow]) -> StoreResult<
         .collect())
 }
 
-async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Inserted> {
+async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted> {
     let sql = format!(
             "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
@@ -517,9 +597,11 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
         );
     let max = r.max_attempts as i32;
     let tags = serde_json::json!(r.tags);
+    let stmt = c.statement(&sql).await.map_err(q)?;
     let row = c
+        .client()
         .query_opt(
-            &sql,
+            &stmt,
             &[
                 &r.kind,
                 &r.queue,
@@ -543,6 +625,7 @@ async fn insert_unique(c: &impl GenericClient, r: &InsertRow) -> StoreResult<Ins
         });
     }
     let existing = c
+        .client()
         .query_opt(
             &format!(
                 "SELECT {JOB_COLS} FROM onus_jobs WHERE kind = $1 AND unique_key = $2
@@ -829,7 +912,19 @@ impl Store for PostgresStore {
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
-        let out = insert_rows(&*tx, &rows).await?;
+        let out = insert_rows(&tx, &rows, None).await?;
+        tx.commit().await.map_err(q)?;
+        Ok(out)
+    }
+
+    async fn insert_claiming(
+        &self,
+        rows: Vec<InsertRow>,
+        claim: InsertClaim,
+    ) -> StoreResult<Vec<Inserted>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let out = insert_rows(&tx, &rows, Some(&claim)).await?;
         tx.commit().await.map_err(q)?;
         Ok(out)
     }
@@ -1346,7 +1441,7 @@ impl Store for PostgresStore {
         if n == 0 {
             return Ok(None);
         }
-        let ins = insert_rows(&*tx, &[job])
+        let ins = insert_rows(&tx, &[job], None)
             .await?
             .pop()
             .ok_or_else(|| StoreError::Query("nothing inserted".into()))?;
