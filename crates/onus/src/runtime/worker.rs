@@ -63,11 +63,16 @@ pub(crate) async fn run_queue(
     }
     // Up to two claims are in flight at once: each one's statement runs while the other waits for
     // its durable commit, so the disk's commit time no longer bounds how fast jobs are taken. The
-    // two run concurrently, so either may take the jobs that come first: an answer that arrives
-    // while the other claim is still out is held, no new claim starts meanwhile, and the jobs of
-    // both start together in order (priority, run_at, id).
+    // two run concurrently, so either may take the jobs that come first: the jobs of an answer
+    // that arrives while the other claim is still out are held at once (renewed by the heartbeat,
+    // never rescued) but wait, no new claim starts meanwhile, and the jobs of both start together
+    // in order (priority, run_at, id).
     let mut inflight = futures_util::stream::FuturesUnordered::new();
-    let mut held: Vec<Claimed> = Vec::new();
+    // Jobs of answers waiting for the other claim's, their permits, and how many came of how many
+    // asked for.
+    let mut held: Vec<(Job, Hold)> = Vec::new();
+    let mut held_permits = Vec::new();
+    let (mut held_got, mut held_wanted) = (0usize, 0usize);
     // The last claim came back short: wait for a wake-up (or the poll) before claiming again.
     let mut drained = false;
     loop {
@@ -78,16 +83,21 @@ pub(crate) async fn run_queue(
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            Some(answer) = inflight.next(), if !inflight.is_empty() => {
-                held.push(answer);
+            Some((claimed, permits, started, wanted)) = inflight.next(), if !inflight.is_empty() => {
+                let (jobs, got) = hold_claimed(&shared, &queue, &finish, claimed, started, &mut failing);
+                held.extend(jobs);
+                held_permits.extend(permits);
+                held_got += got;
+                held_wanted += wanted;
                 if inflight.is_empty() {
-                    let (got, wanted) = take_answers(&shared, &queue, &ready, &finish, std::mem::take(&mut held), &mut failing);
-                    if got < wanted || got == 0 {
+                    start_held(&ready, std::mem::take(&mut held), std::mem::take(&mut held_permits));
+                    if held_got < held_wanted || held_got == 0 {
                         drained = true;
                     }
+                    (held_got, held_wanted) = (0, 0);
                 }
             }
-            first = slots.clone().acquire_owned(), if inflight.len() < MAX_CLAIMS_IN_FLIGHT && held.is_empty() && !drained => {
+            first = slots.clone().acquire_owned(), if inflight.len() < MAX_CLAIMS_IN_FLIGHT && held_wanted == 0 && !drained => {
                 let Ok(first) = first else { break };
                 // A clock far off the database's writes leases others misread: take none until
                 // it agrees.
@@ -123,10 +133,11 @@ pub(crate) async fn run_queue(
     shared.hub.set_intake(&queue, None);
     drop(intake);
     // Claims still in flight end here; what they took is handed back.
-    while let Some(answer) = inflight.next().await {
-        held.push(answer);
+    while let Some((claimed, permits, started, _)) = inflight.next().await {
+        held.extend(hold_claimed(&shared, &queue, &finish, claimed, started, &mut failing).0);
+        held_permits.extend(permits);
     }
-    take_answers(&shared, &queue, &ready, &finish, held, &mut failing);
+    start_held(&ready, held, held_permits);
     drop(ready);
     let _ = dispatcher.await;
 }
@@ -171,16 +182,8 @@ impl Intake {
         started: Instant,
     ) {
         let mut failing = false;
-        take_claimed(
-            shared,
-            queue,
-            &self.ready,
-            &self.finish,
-            Ok(jobs),
-            permits,
-            started,
-            &mut failing,
-        );
+        let (held, _) = hold_claimed(shared, queue, &self.finish, Ok(jobs), started, &mut failing);
+        start_held(&self.ready, held, permits);
     }
 }
 
@@ -223,74 +226,17 @@ async fn gather(
     permits
 }
 
-/// A claim's answer, with the permits it asked with, when it started, and how many it asked for.
-type Claimed = (
-    StoreResult<Vec<Job>>,
-    Vec<tokio::sync::OwnedSemaphorePermit>,
-    Instant,
-    usize,
-);
-
-/// Takes the answers of claims that were in flight together, their jobs in order; returns how
-/// many jobs came and how many were asked for.
-fn take_answers(
+/// Takes a claim's answer: holds each job at once (from then on the heartbeat renews it and the
+/// rescuer leaves it alone), or hands all back when the claim answered too late to run them
+/// safely; returns the held jobs and how many came.
+fn hold_claimed(
     shared: &Arc<Shared>,
     queue: &str,
-    ready: &mpsc::UnboundedSender<Ready>,
-    finish: &mpsc::UnboundedSender<Outcome>,
-    answers: Vec<Claimed>,
-    failing: &mut bool,
-) -> (usize, usize) {
-    let (mut jobs, mut permits, mut wanted) = (Vec::new(), Vec::new(), 0);
-    let mut started: Option<Instant> = None;
-    let mut ok = false;
-    for (claimed, p, s, w) in answers {
-        wanted += w;
-        permits.extend(p);
-        started = Some(started.map_or(s, |t| t.min(s))); // the leases run from the earliest
-        match claimed {
-            Ok(j) => {
-                ok = true;
-                jobs.extend(j);
-            }
-            Err(e) => {
-                take_claimed(shared, queue, ready, finish, Err(e), Vec::new(), s, failing);
-            }
-        }
-    }
-    let Some(started) = started else {
-        return (0, 0);
-    };
-    if !ok {
-        return (0, wanted);
-    }
-    jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
-    let got = take_claimed(
-        shared,
-        queue,
-        ready,
-        finish,
-        Ok(jobs),
-        permits,
-        started,
-        failing,
-    );
-    (got, wanted)
-}
-
-/// Takes a claim's answer: holds each job and queues it to start (or hands all back when the
-/// claim answered too late to run them safely); returns how many jobs came.
-#[allow(clippy::too_many_arguments)]
-fn take_claimed(
-    shared: &Arc<Shared>,
-    queue: &str,
-    ready: &mpsc::UnboundedSender<Ready>,
     finish: &mpsc::UnboundedSender<Outcome>,
     claimed: StoreResult<Vec<Job>>,
-    mut permits: Vec<tokio::sync::OwnedSemaphorePermit>,
     started: Instant,
     failing: &mut bool,
-) -> usize {
+) -> (Vec<(Job, Hold)>, usize) {
     let claimed = match claimed {
         Ok(jobs) => {
             if *failing {
@@ -311,7 +257,7 @@ fn take_claimed(
     // A claim that answered after most of a lease: the leases may run out before a renewal
     // reaches the database, so these jobs are handed back unstarted (a guarded write: if a
     // rescuer took one meanwhile, it stays the rescuer's) instead of run here.
-    let claimed = if started.elapsed() >= super::maintenance::fence_after(shared) {
+    if started.elapsed() >= super::maintenance::fence_after(shared) {
         tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; handing them back");
         for job in &claimed {
             let _ = finish.send(Outcome::unheld(finish_of(
@@ -321,23 +267,34 @@ fn take_claimed(
                 None,
             )));
         }
-        Vec::new()
-    } else {
-        claimed
-    };
+        return (Vec::new(), got);
+    }
     let claimed_at = shared.clock.now();
-    for job in claimed {
-        super::metrics::picked_up(queue, claimed_at - job.run_at);
-        let permit = permits.pop();
-        // Held here before anything can await: the rescuer never takes it.
-        let hold = shared.hub.register(job.id, job.attempt, started);
+    let held = claimed
+        .into_iter()
+        .map(|job| {
+            super::metrics::picked_up(queue, claimed_at - job.run_at);
+            let hold = shared.hub.register(job.id, job.attempt, started);
+            (job, hold)
+        })
+        .collect();
+    (held, got)
+}
+
+/// Queues held jobs to start, in order (priority, run_at, id), each with one of `permits`.
+fn start_held(
+    ready: &mpsc::UnboundedSender<Ready>,
+    mut jobs: Vec<(Job, Hold)>,
+    mut permits: Vec<tokio::sync::OwnedSemaphorePermit>,
+) {
+    jobs.sort_by_key(|(j, _)| (j.priority, j.run_at, j.id));
+    for (job, hold) in jobs {
         let _ = ready.send(Ready {
             job,
             hold,
-            claimed: permit,
+            claimed: permits.pop(),
         });
     }
-    got
 }
 
 /// A claimed job waiting for a run slot.

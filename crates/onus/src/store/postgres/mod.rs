@@ -453,6 +453,45 @@ impl<'t> Prepares for deadpool_postgres::Transaction<'t> {
     }
 }
 
+impl Prepares for deadpool_postgres::Object {
+    type Client = tokio_postgres::Client;
+    fn client(&self) -> &Self::Client {
+        self
+    }
+    fn statement<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
+           + Send
+           + 'a {
+        self.prepare_cached(sql)
+    }
+}
+
+/// Inserts rows that carry no unique key in one statement outside any explicit transaction: one
+/// round trip, one commit (the statement is its own transaction, so all or none still holds).
+async fn insert_alone(
+    c: &deadpool_postgres::Object,
+    rows: &[InsertRow],
+    claim: Option<&InsertClaim>,
+) -> StoreResult<Vec<Inserted>> {
+    insert_bulk(c, rows, &taken(rows, 0..rows.len(), claim), claim, true).await
+}
+
+/// Which of `rows[range]` the insert claims: those `claim` asks for that are due now.
+fn taken(
+    rows: &[InsertRow],
+    range: std::ops::Range<usize>,
+    claim: Option<&InsertClaim>,
+) -> Vec<bool> {
+    range
+        .map(|k| {
+            rows[k].state == JobState::Available
+                && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
+        })
+        .collect()
+}
+
 /// A caller's own connection or transaction: nothing cached on it.
 struct Plain<'c, C>(&'c C);
 
@@ -488,13 +527,8 @@ async fn insert_rows(
             .iter()
             .position(|r| r.unique_key.is_some())
             .map_or(rows.len(), |p| i + p);
-        let take: Vec<bool> = (i..end)
-            .map(|k| {
-                rows[k].state == JobState::Available
-                    && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
-            })
-            .collect();
-        out.extend(insert_bulk(c, &rows[i..end], &take, claim).await?);
+        let take = taken(rows, i..end, claim);
+        out.extend(insert_bulk(c, &rows[i..end], &take, claim, false).await?);
         i = end;
     }
     let mut queues: Vec<&str> = out
@@ -521,6 +555,7 @@ async fn insert_bulk(
     rows: &[InsertRow],
     take: &[bool],
     claim: Option<&InsertClaim>,
+    notify: bool,
 ) -> StoreResult<Vec<Inserted>> {
     let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
     let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
@@ -548,6 +583,17 @@ async fn insert_bulk(
              ORDER BY ord
              RETURNING {JOB_COLS}"
         );
+    // With `notify`, the one statement also tells idle workers of the queues it filled (at its
+    // commit), so an insert on its own is one round trip and one commit.
+    let sql = if notify {
+        format!(
+            "WITH ins AS ({sql}),
+                  woke AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM ins WHERE state = 'available') w)
+             SELECT {JOB_COLS} FROM ins WHERE (SELECT count(*) FROM woke) >= 0"
+        )
+    } else {
+        sql
+    };
     let (claim_at, owner, lease_until) = match claim {
         Some(c) => (Some(c.now), Some(c.owner.as_str()), Some(c.lease_until)),
         None => (None, None, None),
@@ -910,6 +956,9 @@ impl Store for PostgresStore {
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
+        if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
+            return insert_alone(&self.client().await?, &rows, None).await;
+        }
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
         let out = insert_rows(&tx, &rows, None).await?;
@@ -922,6 +971,9 @@ impl Store for PostgresStore {
         rows: Vec<InsertRow>,
         claim: InsertClaim,
     ) -> StoreResult<Vec<Inserted>> {
+        if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
+            return insert_alone(&self.client().await?, &rows, Some(&claim)).await;
+        }
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
         let out = insert_rows(&tx, &rows, Some(&claim)).await?;
