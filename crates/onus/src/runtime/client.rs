@@ -202,17 +202,14 @@ impl Client {
     async fn insert_rows(&self, rows: Vec<InsertRow>) -> Result<Vec<Inserted>, Error> {
         let shared = &self.shared;
         let mut take = vec![false; rows.len()];
-        let mut doors: std::collections::HashMap<&str, Offer> = std::collections::HashMap::new();
+        let mut doors: std::collections::HashMap<String, Offer> = std::collections::HashMap::new();
         if super::skew::Skew::within_bound(shared) {
             for (i, r) in rows.iter().enumerate() {
-                let runs_here = shared
-                    .kinds
-                    .get(&r.kind)
-                    .is_some_and(|k| k.handler.is_some());
-                if r.state != JobState::Available || r.unique_key.is_some() || !runs_here {
+                if r.state != JobState::Available || r.unique_key.is_some() || !shared.runs(&r.kind)
+                {
                     continue;
                 }
-                let offer = doors.entry(r.queue.as_str()).or_insert_with(|| Offer {
+                let offer = doors.entry(r.queue.clone()).or_insert_with(|| Offer {
                     intake: shared.hub.intake(&r.queue),
                     permits: Vec::new(),
                 });
@@ -233,10 +230,8 @@ impl Client {
             lease_until: clock::add(now, shared.options.lease_ttl),
             take,
         };
-        let mut doors: Vec<(String, Offer)> =
-            doors.into_iter().map(|(q, o)| (q.to_string(), o)).collect();
         let out = shared.store.insert_claiming(rows, claim).await?;
-        for (queue, offer) in doors.drain(..) {
+        for (queue, offer) in doors {
             let Some(intake) = offer.intake else { continue };
             let jobs: Vec<Job> = out
                 .iter()

@@ -201,6 +201,11 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     /// Kinds this process can run.
+    /// Whether this process runs `kind` (it has a handler here, not an outside worker).
+    pub(crate) fn runs(&self, kind: &str) -> bool {
+        self.kinds.get(kind).is_some_and(|k| k.handler.is_some())
+    }
+
     pub(crate) fn handled_kinds(&self) -> Vec<String> {
         let mut k: Vec<String> = self
             .kinds

@@ -394,14 +394,15 @@ impl PostgresStore {
     }
 }
 
-/// Claims up to `limit` jobs for `req` scanning the available jobs from their start.
-async fn claim_from_start(
+/// Claims up to `limit` jobs for `req`: from the start of the available jobs, or resuming after
+/// `after` (priority, run_at, id).
+async fn claim_rows(
     c: &deadpool_postgres::Object,
     req: &ClaimRequest,
     limit: i64,
+    after: Option<&(i16, Timestamp, JobId)>,
 ) -> StoreResult<Vec<Row>> {
-    let stmt = c.prepare_cached(&CLAIM_FROM_START).await.map_err(q)?;
-    let p: [&(dyn ToSql + Sync); 6] = [
+    let mut p: Vec<&(dyn ToSql + Sync)> = vec![
         &req.now,
         &req.owner,
         &req.lease_until,
@@ -409,6 +410,14 @@ async fn claim_from_start(
         &req.kinds,
         &limit,
     ];
+    let sql: &str = match after {
+        None => &CLAIM_FROM_START,
+        Some((priority, run_at, id)) => {
+            p.extend([priority as &(dyn ToSql + Sync), run_at, id]);
+            &CLAIM_AFTER
+        }
+    };
+    let stmt = c.prepare_cached(sql).await.map_err(q)?;
     c.query(&stmt, &p).await.map_err(q)
 }
 
@@ -985,31 +994,14 @@ impl Store for PostgresStore {
         let c = self.client().await?;
         let limit = req.limit as i64;
         let after = self.cursors.resume(&req);
-        let mut rows = match &after {
-            None => claim_from_start(&c, &req, limit).await?,
-            Some((priority, run_at, id)) => {
-                let stmt = c.prepare_cached(&CLAIM_AFTER).await.map_err(q)?;
-                let p: [&(dyn ToSql + Sync); 9] = [
-                    &req.now,
-                    &req.owner,
-                    &req.lease_until,
-                    &req.queue,
-                    &req.kinds,
-                    &limit,
-                    priority,
-                    run_at,
-                    id,
-                ];
-                c.query(&stmt, &p).await.map_err(q)?
-            }
-        };
+        let mut rows = claim_rows(&c, &req, limit, after.as_ref()).await?;
         // A resumed claim that came back short reached the backlog's end: what it could not fill
         // comes from the front (a job handed back, or one sorting before the cursor, is never left
         // waiting for a wake-up that may not come).
         let mut from_start = after.is_none();
         if !from_start && rows.len() < req.limit {
             let rest = (req.limit - rows.len()) as i64;
-            rows.extend(claim_from_start(&c, &req, rest).await?);
+            rows.extend(claim_rows(&c, &req, rest, None).await?);
             from_start = true;
         }
         let mut last = None;
