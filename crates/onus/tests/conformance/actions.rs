@@ -107,10 +107,15 @@ pub async fn cancel_waiting_job_at_once(env: Env) {
 pub async fn cancel_running_job_signals_the_handler(env: Env) {
     let (seen_tx, seen_rx) = tokio::sync::oneshot::channel::<()>();
     let seen_tx = std::sync::Mutex::new(Some(seen_tx));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
     let onus = env
         .builder()
         .kind(Kind::new("long").handler(move |ctx: JobContext| {
             let tx = seen_tx.lock().unwrap().take();
+            if let Some(s) = started_tx.lock().unwrap().take() {
+                let _ = s.send(());
+            }
             async move {
                 ctx.cancelled().await;
                 if let Some(tx) = tx {
@@ -124,10 +129,18 @@ pub async fn cancel_running_job_signals_the_handler(env: Env) {
     let client = onus.client();
     let id = crate::harness::insert_id(&client, NewJob::new("long", json!({}))).await;
     let running = onus.start();
-    env.wait_state(id, JobState::Running).await;
+    // Claimed is `running` already; the handler itself must have started (a job cancelled while
+    // it waits to start is cancelled without running).
+    tokio::time::timeout(Duration::from_secs(20), started_rx)
+        .await
+        .expect("the handler started")
+        .unwrap();
     let out = client.cancel(id).await.unwrap();
     assert_eq!(out.requested, vec![id]);
-    seen_rx.await.expect("the handler saw the cancellation");
+    tokio::time::timeout(Duration::from_secs(20), seen_rx)
+        .await
+        .expect("the handler saw the cancellation in time")
+        .expect("the handler saw the cancellation");
     let j = env.wait_state(id, JobState::Cancelled).await;
     assert_eq!(j.errors.last().unwrap().class, EntryClass::Cancelled);
     running.shutdown(Duration::from_secs(5)).await;
