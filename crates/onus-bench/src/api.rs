@@ -63,22 +63,33 @@ impl Server {
     }
 
     async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
-        let r = self
-            .http
-            .post(format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = r.status();
-        let text = r.text().await.map_err(|e| e.to_string())?;
-        if !status.is_success() {
-            return Err(format!("{path}: {status} {text}"));
-        }
-        serde_json::from_str(&text).map_err(|e| e.to_string())
+        post(&self.http, &self.base, &self.token, path, body).await
     }
+}
+
+/// `POST {base}/api/v1{path}` with a JSON body and the API token; the answer's JSON, or an error
+/// naming the path, the status and the body.
+pub(crate) async fn post(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    path: &str,
+    body: &Value,
+) -> Result<Value, String> {
+    let r = http
+        .post(format!("{base}/api/v1{path}"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{path}: {status} {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
 /// Jobs per second through `POST /jobs`, one job per request.

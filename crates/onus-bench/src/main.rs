@@ -15,24 +15,35 @@
 //! `onus-bench suite` runs every mode on SQLite and on a throwaway PostgreSQL (durable settings)
 //! several times in one run and prints medians and ratios; `onus-bench api` runs the HTTP API's
 //! workloads (inserts through `POST /jobs` and `POST /jobs/batch`, pull workers) the same way;
-//! `onus-bench panel` times the tasks panel's pages at 10k, 100k and 1M jobs on both backends.
+//! `onus-bench panel` times the tasks panel's pages at 10k, 100k and 1M jobs on both backends;
+//! `onus-bench backlog` measures claims as the backlog grows, `onus-bench fanout` webhook delivery
+//! with and without a dead endpoint, and `onus-bench memory` a server's peak memory under load.
 
 mod api;
+mod backlog;
 mod contract;
+mod fanout;
+mod memory;
 mod panel;
+mod serve;
 mod suite;
 mod worker;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    if std::env::var("ONUS_BENCH_ROLE").as_deref() == Ok("worker") {
-        return worker::main();
+    match std::env::var("ONUS_BENCH_ROLE").as_deref() {
+        Ok("worker") => return worker::main(),
+        Ok("serve") => return serve::main(),
+        _ => {}
     }
     match std::env::args().nth(1).as_deref() {
         Some("suite") => return suite::main(),
         Some("api") => return api::main(),
         Some("panel") => return panel::main(),
+        Some("backlog") => return backlog::main(),
+        Some("fanout") => return fanout::main(),
+        Some("memory") => return memory::main(),
         _ => {}
     }
     contract::main()

@@ -1,9 +1,10 @@
-//! `onus-bench suite`: every mode on SQLite and on a throwaway PostgreSQL, several times in one
-//! run, each run a fresh database and a fresh process obeying the driver contract; prints the
-//! medians and the ratios between backends as a Markdown table.
+//! `onus-bench suite`: every workload, one table each, in one run. First every mode of the driver
+//! contract on SQLite and on a throwaway PostgreSQL, several times, each run a fresh database and
+//! a fresh process, with medians and the ratios between backends; then `onus-bench backlog`,
+//! `onus-bench fanout` and `onus-bench memory` with their defaults (see each one's docs).
 //!
 //! Options (all optional): `--reps R` (3), `--n N` (throughput jobs, 20000), `--latency-n N` (300),
-//! `--concurrency C` (10).
+//! `--concurrency C` (16), `--only contract,backlog,fanout,memory` (all).
 
 use std::process::ExitCode;
 
@@ -14,19 +15,30 @@ struct Opts {
     n: usize,
     latency_n: usize,
     concurrency: usize,
+    only: Vec<String>,
 }
+
+const PARTS: [&str; 4] = ["contract", "backlog", "fanout", "memory"];
 
 fn opts() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 3,
         n: 20_000,
         latency_n: 300,
-        concurrency: 10,
+        concurrency: 16,
+        only: PARTS.iter().map(|p| p.to_string()).collect(),
     };
     let args: Vec<String> = std::env::args().skip(2).collect();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+        if a == "--only" {
+            o.only = v.split(',').map(|p| p.trim().to_string()).collect();
+            if let Some(p) = o.only.iter().find(|p| !PARTS.contains(&p.as_str())) {
+                return Err(format!("--only: {p:?} is not one of {}", PARTS.join(", ")));
+            }
+            continue;
+        }
         let n: usize = v.parse().map_err(|_| format!("{a} {v}: not a number"))?;
         match a.as_str() {
             "--reps" => o.reps = n.max(1),
@@ -59,8 +71,12 @@ fn run_once(url: &str, env: &[(&str, String)]) -> Result<Value, String> {
     Ok(v)
 }
 
-/// A workload: its name, the contract's environment, and the metric reported.
-type Workload = (String, Vec<(&'static str, String)>, &'static str);
+/// A workload: its name, the contract's environment, and the metrics reported (label, key).
+type Workload = (
+    String,
+    Vec<(&'static str, String)>,
+    Vec<(&'static str, &'static str)>,
+);
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -82,6 +98,37 @@ pub fn main() -> ExitCode {
 
 fn suite() -> Result<(), String> {
     let o = opts()?;
+    if o.only.iter().any(|p| p == "contract") {
+        println!("### Throughput and pick-up latency (driver contract)\n");
+        contract(&o)?;
+    }
+    for (part, title) in [
+        ("backlog", "Claim cost as the backlog grows"),
+        (
+            "fanout",
+            "Webhook fan-out, with and without a dead endpoint",
+        ),
+        ("memory", "Peak memory of a server process"),
+    ] {
+        if o.only.iter().any(|p| p == part) {
+            println!("\n### {title} (`onus-bench {part}`)\n");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let status = std::process::Command::new(exe)
+                .arg(part)
+                .env_remove("ONUS_BENCH_ROLE")
+                .status()
+                .map_err(|e| e.to_string())?;
+            if !status.success() {
+                return Err(format!("onus-bench {part} failed ({status})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn contract(o: &Opts) -> Result<(), String> {
     let pg = onus_testkit::PgCluster::start().map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -97,73 +144,154 @@ fn suite() -> Result<(), String> {
         }
     };
     let c = o.concurrency.to_string();
-    let throughput = |procs: &str| -> Vec<(&'static str, String)> {
+    let throughput = |procs: &str, slots: usize| -> Vec<(&'static str, String)> {
         vec![
             ("MODE", "throughput".into()),
             ("N", o.n.to_string()),
-            ("CONCURRENCY", c.clone()),
+            ("CONCURRENCY", slots.to_string()),
             ("WORKER_PROCS", procs.into()),
         ]
     };
-    let latency = vec![
-        ("MODE", "latency".into()),
-        ("N", o.latency_n.to_string()),
-        ("CONCURRENCY", c.clone()),
-        ("LATENCY_GAP_MS", "5".into()),
-        ("LATENCY_WARMUP", "20".into()),
-    ];
-    let workloads: Vec<Workload> = vec![
-        (
-            format!("throughput, {} jobs, 1 process", o.n),
-            throughput("1"),
-            "jobs_per_s",
-        ),
-        (
-            format!("throughput, {} jobs, 2 processes", o.n),
-            throughput("2"),
-            "jobs_per_s",
-        ),
-        (
-            format!("batch insert, {} jobs", o.n),
-            throughput("1"),
-            "insert_jobs_per_s",
-        ),
-        (
-            format!("pick-up latency p50, {} samples", o.latency_n),
-            latency.clone(),
-            "p50_ms",
-        ),
-        (
-            format!("pick-up latency p99, {} samples", o.latency_n),
-            latency,
-            "p99_ms",
-        ),
-    ];
+    let latency = |client: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("MODE", "latency".into()),
+            ("N", o.latency_n.to_string()),
+            ("CONCURRENCY", c.clone()),
+            ("LATENCY_GAP_MS", "5".into()),
+            ("LATENCY_WARMUP", "20".into()),
+            ("LATENCY_CLIENT", client.into()),
+        ]
+    };
+    let mut workloads: Vec<Workload> = Vec::new();
+    for slots in [o.concurrency, o.concurrency * 4] {
+        for procs in [1, 2, 4] {
+            let mut metrics = vec![("throughput", "jobs_per_s")];
+            if procs == 1 && slots == o.concurrency {
+                metrics.push(("batch insert (chunks of 1,000)", "insert_jobs_per_s"));
+            }
+            workloads.push((
+                format!("{} jobs, {slots} slots in {procs} process(es)", o.n),
+                throughput(&procs.to_string(), slots),
+                metrics,
+            ));
+        }
+    }
+    for client in ["same", "other"] {
+        workloads.push((
+            format!(
+                "pick-up, {} samples, client in {}",
+                o.latency_n,
+                if client == "same" {
+                    "the worker's process"
+                } else {
+                    "another process"
+                }
+            ),
+            latency(client),
+            vec![("latency p50", "p50_ms"), ("latency p99", "p99_ms")],
+        ));
+    }
     println!(
-        "| workload | metric | onus-sqlite (median) | onus-postgres (median) | sqlite / postgres |"
+        "| workload | metric | unit | onus-sqlite (median) | onus-postgres (median) | sqlite / postgres |"
     );
-    println!("|---|---|---|---|---|");
-    for (name, env, metric) in &workloads {
-        let mut medians = Vec::new();
-        for backend in ["sqlite", "postgres"] {
-            let mut vals = Vec::new();
+    println!("|---|---|---|---|---|---|");
+    // The physical limit the pick-up latencies are read against, in the same run.
+    let sqlite_commit = sqlite_commit_ms(&url_for("sqlite")?)?;
+    let pg_commit = pgbench_commit_ms(&pg, &url_for("postgres")?)?;
+    println!(
+        "| one durable commit of one row (SQLite: 300 inserts in a loop; PostgreSQL: `pgbench -N -c 1 -T 5`) | commit | ms | {sqlite_commit:.2} | {pg_commit:.2} | {:.2} |",
+        sqlite_commit / pg_commit
+    );
+    for (name, env, metrics) in &workloads {
+        // medians[metric][backend]
+        let mut vals: Vec<[Vec<f64>; 2]> = vec![Default::default(); metrics.len()];
+        for (b, backend) in ["sqlite", "postgres"].into_iter().enumerate() {
+            let mut env = env.clone();
+            let other = env
+                .iter()
+                .any(|(k, v)| *k == "LATENCY_CLIENT" && v == "other");
+            if backend == "sqlite" && other {
+                // Another process learns of a job on SQLite by its poll (1 s): fewer samples.
+                for (k, v) in env.iter_mut() {
+                    if *k == "N" {
+                        *v = (o.latency_n / 10).max(20).to_string();
+                    }
+                }
+            }
             for _ in 0..o.reps {
-                let v = run_once(&url_for(backend)?, env)?;
+                let v = run_once(&url_for(backend)?, &env)?;
                 eprintln!("{backend} {name}: {v}");
-                vals.push(
-                    v[*metric]
-                        .as_f64()
-                        .ok_or_else(|| format!("no {metric} in {v}"))?,
+                for (m, (_, key)) in metrics.iter().enumerate() {
+                    vals[m][b].push(v[*key].as_f64().ok_or_else(|| format!("no {key} in {v}"))?);
+                }
+            }
+        }
+        for (m, (label, key)) in metrics.iter().enumerate() {
+            let [sq, pgv] = [median(vals[m][0].clone()), median(vals[m][1].clone())];
+            let unit = if key.ends_with("_ms") { "ms" } else { "jobs/s" };
+            println!(
+                "| {name} | {label} | {unit} | {sq:.1} | {pgv:.1} | {:.2} |",
+                sq / pgv
+            );
+            if key.ends_with("_ms") {
+                println!(
+                    "| {name} | {label} in durable commits | ratio | {:.2} | {:.2} | |",
+                    sq / sqlite_commit,
+                    pgv / pg_commit
                 );
             }
-            medians.push(median(vals));
         }
-        println!(
-            "| {name} | {metric} | {:.1} | {:.1} | {:.2} |",
-            medians[0],
-            medians[1],
-            medians[0] / medians[1]
-        );
     }
     Ok(())
+}
+
+/// The median time of one durable commit of a one-row insert on SQLite (`synchronous = FULL`,
+/// WAL, as the store runs).
+fn sqlite_commit_ms(url: &str) -> Result<f64, String> {
+    use onus::sqlite::rusqlite::Connection;
+    let path = url.trim_start_matches("sqlite://");
+    let c = Connection::open(path).map_err(|e| e.to_string())?;
+    c.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+         CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL);",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut times = Vec::new();
+    for i in 0..300 {
+        let t = std::time::Instant::now();
+        c.execute("INSERT INTO t (v) VALUES (?1)", [format!("row {i}")])
+            .map_err(|e| e.to_string())?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(times))
+}
+
+/// `pgbench -N -c 1 -T 5` on a fresh database of the suite's cluster: its average latency.
+fn pgbench_commit_ms(pg: &onus_testkit::PgCluster, url: &str) -> Result<f64, String> {
+    let bin = onus_testkit::bindir()
+        .map_err(|e| e.to_string())?
+        .join("pgbench");
+    let db = url.rsplit('/').next().unwrap_or("postgres").to_string();
+    let port = pg.port().to_string();
+    let run = |args: &[&str]| -> Result<String, String> {
+        let out = std::process::Command::new(&bin)
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
+            .args(args)
+            .arg(&db)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pgbench failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(&["-i", "-q"])?;
+    let out = run(&["-N", "-c", "1", "-T", "5", "-n"])?;
+    out.lines()
+        .find_map(|l| l.strip_prefix("latency average = "))
+        .and_then(|v| v.trim_end_matches(" ms").trim().parse::<f64>().ok())
+        .ok_or_else(|| format!("no latency average in pgbench's output: {out}"))
 }

@@ -168,9 +168,9 @@ fn connect(opts: &SqliteOptions, write: bool) -> StoreResult<Connection> {
         Durability::Normal => "NORMAL",
     };
     let pragmas = if write {
-        format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32000;")
+        format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -8000;")
     } else {
-        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000;".to_string()
+        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -2000;".to_string()
     };
     conn.execute_batch(&pragmas)
         .map_err(|e| open_err(path, e))?;
