@@ -106,7 +106,7 @@ async fn a_components_line_migrates_once_and_reports_its_version(backend: Backen
         st.iter()
             .map(|l| (l.line.as_str(), l.version, l.latest, l.is_current()))
             .collect::<Vec<_>>(),
-        vec![("jobs", 4, 4, true), ("things", 1, 1, true)]
+        vec![("jobs", 5, 5, true), ("things", 1, 1, true)]
     );
 }
 

@@ -525,7 +525,7 @@ async fn migrations_are_recorded_per_line(backend: Backend) {
     assert_eq!(st.len(), 1);
     assert_eq!(
         (st[0].line.as_str(), st[0].version, st[0].latest),
-        ("jobs", 4, 4)
+        ("jobs", 5, 5)
     );
     assert!(st[0].is_current() && st[0].applied_at.is_some());
     assert!(w.store.migrate(&[]).await.unwrap().is_empty());

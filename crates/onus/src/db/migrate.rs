@@ -60,14 +60,16 @@ pub static JOBS: Line = Line {
         "001_jobs.sql",
         "002_tags_and_queues.sql",
         "003_counts.sql",
-        "004_drop_running_by_owner.sql"
+        "004_drop_running_by_owner.sql",
+        "005_counted_update_without_join.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
         "001_jobs.sql",
         "002_tags_and_queues.sql",
         "003_counts.sql",
-        "004_drop_running_by_owner.sql"
+        "004_drop_running_by_owner.sql",
+        "005_counted_update_without_join.sql"
     ),
 };
 

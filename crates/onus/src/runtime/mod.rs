@@ -63,7 +63,9 @@ pub struct Options {
     pub prune_interval: Duration,
     /// How long finished jobs are kept.
     pub retention: Retention,
-    /// Most jobs claimed in one statement.
+    /// Most jobs claimed in one statement. A queue whose handlers finish faster than its claims
+    /// come back holds up to four such batches claimed and ready to start; otherwise as many as
+    /// it has slots.
     pub claim_batch: usize,
     /// Periodic periods that came due within this window are each enqueued (a leader failover
     /// skips none); after a longer outage only the latest missed period is.
@@ -83,7 +85,7 @@ impl Default for Options {
             leader_ttl: Duration::from_secs(10),
             prune_interval: Duration::from_secs(60),
             retention: Retention::default(),
-            claim_batch: 100,
+            claim_batch: 500,
             periodic_catch_up: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(5),
         }

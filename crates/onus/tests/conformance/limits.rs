@@ -85,6 +85,50 @@ pub async fn lease_key_allows_n_slots(env: Env) {
     run_leased(env, 2, 8).await;
 }
 
+/// Many jobs on a few keys, claimed together: every busy check races the holders' releases, and
+/// none of those races may leave a waiter asleep while its key has a free slot (it would sleep
+/// for a lease, 30 s, past the deadline). At most one runs per key at any time.
+pub async fn lease_keys_under_contention_lose_no_wakeup(env: Env) {
+    const KEYS: usize = 3;
+    let gauges: Arc<Vec<(AtomicUsize, AtomicUsize)>> = Arc::new(
+        (0..KEYS)
+            .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
+            .collect(),
+    );
+    let g = gauges.clone();
+    let onus = env
+        .builder()
+        .queue("default", 16)
+        .kind(Kind::new("contended").handler(move |c: JobContext| {
+            let g = g.clone();
+            let k: usize = c.job().args["k"].as_u64().unwrap_or(0) as usize;
+            async move { crate::harness::gauged(&g[k].0, &g[k].1).await }
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let rows = client
+        .insert_many(
+            (0..KEYS * 20)
+                .map(|i| {
+                    let k = i % KEYS;
+                    NewJob::new("contended", json!({ "k": k })).lease_key(format!("key:{k}"))
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let running = onus.start();
+    for r in &rows {
+        let j = env.wait_state(r.job.id, JobState::Completed).await;
+        assert_eq!(j.attempt, 1, "waiting for a lease spends no attempt");
+    }
+    for (k, (_, max)) in gauges.iter().enumerate() {
+        assert_eq!(max.load(Ordering::SeqCst), 1, "key {k}: one at a time");
+    }
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
 async fn rated(env: &Env, when_spent: WhenSpent) -> onus::Onus {
     let limit = RateWindow::new("mail.recipient", 2, Duration::from_secs(3600), when_spent);
     env.builder()

@@ -815,3 +815,71 @@ async fn regression_finishers_take_lease_key_locks_in_one_order() {
     assert_eq!(f1.await.unwrap().unwrap(), vec![true, true]);
     assert_eq!(f2.await.unwrap().unwrap(), vec![true, true]);
 }
+
+/// A renewal never waits for a row lock. A held job whose row another transaction has locked
+/// (a completion batch being written) is skipped: neither renewed nor lost. Renewals that waited
+/// instead deadlocked with completion batches, each holding rows the other needed, and PostgreSQL
+/// failed one of them after a second (seen with thousands of jobs held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_renewal_skips_a_row_being_written_instead_of_waiting() {
+    use onus::store::{ClaimRequest, HeldJob};
+    let env = Env::new(Backend::Postgres).await;
+    let client = env.client();
+    for _ in 0..2 {
+        crate::harness::insert_id(&client, NewJob::new("k", json!({}))).await;
+    }
+    let now = env.clock_now();
+    let jobs = env
+        .store
+        .claim(ClaimRequest {
+            queue: "default".into(),
+            kinds: vec!["k".into()],
+            limit: 2,
+            owner: "o".into(),
+            now,
+            lease_until: now + chrono::TimeDelta::seconds(30),
+        })
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 2);
+    let held: Vec<HeldJob> = jobs
+        .iter()
+        .map(|j| HeldJob {
+            id: j.id,
+            attempt: j.attempt,
+        })
+        .collect();
+    let (locked, free) = (jobs[0].id, jobs[1].id);
+    let mut lock = sql(&env.url).await;
+    let tx = lock.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM onus_jobs WHERE id = $1 FOR UPDATE",
+        &[&locked],
+    )
+    .await
+    .unwrap();
+    let later = now + chrono::TimeDelta::seconds(90);
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.store.heartbeat("o", &held, later),
+    )
+    .await
+    .expect("the renewal does not wait for the locked row")
+    .unwrap();
+    assert_eq!(r.renewed, vec![free]);
+    assert!(r.lost.is_empty(), "a locked row is still this process's");
+    tx.rollback().await.unwrap();
+    let get = |id| {
+        let store = env.store.clone();
+        async move { store.get(id).await.unwrap().unwrap().lease_expires_at }
+    };
+    assert_eq!(get(free).await, Some(later));
+    assert_eq!(
+        get(locked).await,
+        Some(now + chrono::TimeDelta::seconds(30))
+    );
+    // Unlocked, the next renewal takes it.
+    let r = env.store.heartbeat("o", &held, later).await.unwrap();
+    assert_eq!(r.renewed.len(), 2);
+    assert_eq!(get(locked).await, Some(later));
+}

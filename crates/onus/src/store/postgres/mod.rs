@@ -1038,7 +1038,12 @@ impl Store for PostgresStore {
             &str,
             (Vec<usize>, Vec<JobId>, Vec<i32>, Timestamp),
         > = std::collections::BTreeMap::new();
-        for (i, f) in batch.iter().enumerate() {
+        // Rows in id order, as renewals and other batches take them: two writers never each
+        // hold a row the other waits for.
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| batch[i].id);
+        for i in order {
+            let f = &batch[i];
             if matches!(f.transition, Transition::Complete)
                 && f.release_lease.is_none()
                 && f.periodic.is_none()
@@ -1092,33 +1097,63 @@ impl Store for PostgresStore {
         held: &[HeldJob],
         lease_until: Timestamp,
     ) -> StoreResult<Renewal> {
-        let ids: Vec<JobId> = held.iter().map(|h| h.id).collect();
+        let mut ids: Vec<JobId> = held.iter().map(|h| h.id).collect();
+        ids.sort_unstable();
         // Only the jobs this process holds: a row it lost track of keeps its old lease, which
-        // runs out, and the rescuer takes it.
-        // Found by id; coalesce() keeps the planner off the partial indexes of running jobs, as
-        // in `finish`.
+        // runs out, and the rescuer takes it. Found by id; coalesce() keeps the planner off the
+        // partial indexes of running jobs, as in `finish`.
+        //
+        // A renewal never waits for a row lock: a held job whose outcome is being written right
+        // now (its row locked by the completion batch) is skipped, and reported alive from its
+        // last committed version without a new lease; the write is about to end its lease anyway,
+        // and if it fails the next renewal takes the row. Waiting instead made renewals and
+        // completion batches wait on each other's rows, each holding some the other needed: a
+        // deadlock PostgreSQL breaks after a second by failing one of them.
         let rows = self
             .on_renewal_conn(async |c| {
                 c.query(
-                    "WITH renewed AS (
-                        UPDATE onus_jobs SET lease_expires_at = $2
+                    "WITH mine AS (
+                        SELECT id FROM onus_jobs
                         WHERE coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $1 AND id = ANY($3)
-                        RETURNING id, attempt, cancel_requested
+                        ORDER BY id
+                        FOR UPDATE SKIP LOCKED
+                     ), renewed AS (
+                        UPDATE onus_jobs j SET lease_expires_at = $2 FROM mine WHERE j.id = mine.id
+                        RETURNING j.id, j.attempt, j.cancel_requested
                      ), slots AS (
                         UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
                      )
-                     SELECT id, attempt, cancel_requested FROM renewed",
+                     SELECT id, attempt, cancel_requested, true FROM renewed
+                     UNION ALL
+                     SELECT id, attempt, cancel_requested, false FROM onus_jobs
+                     WHERE coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $1 AND id = ANY($3)
+                       AND id NOT IN (SELECT id FROM mine)",
                     &[&owner, &lease_until, &ids],
                 )
                 .await
                 .map_err(q)
             })
             .await?;
-        let rows: Vec<(JobId, u32, bool)> = rows
-            .iter()
-            .map(|r| (r.get(0), r.get::<_, i32>(1) as u32, r.get(2)))
-            .collect();
-        Ok(Renewal::of(held, &rows))
+        let mut renewed = Vec::with_capacity(rows.len());
+        let mut busy = std::collections::HashSet::new();
+        for r in &rows {
+            let (id, attempt): (JobId, u32) = (r.get(0), r.get::<_, i32>(1) as u32);
+            if r.get::<_, bool>(3) {
+                renewed.push((id, attempt, r.get(2)));
+            } else {
+                busy.insert((id, attempt));
+            }
+        }
+        let mut renewal = Renewal::of(held, &renewed);
+        // Skipped while locked, but still this process's: not lost, not renewed either.
+        if !busy.is_empty() {
+            let attempts: std::collections::HashMap<JobId, u32> =
+                held.iter().map(|h| (h.id, h.attempt)).collect();
+            renewal
+                .lost
+                .retain(|id| !attempts.get(id).is_some_and(|a| busy.contains(&(*id, *a))));
+        }
+        Ok(renewal)
     }
 
     async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
