@@ -61,7 +61,7 @@ pub static JOBS: Line = Line {
         "002_tags_and_queues.sql",
         "003_counts.sql",
         "004_drop_running_by_owner.sql",
-        "005_counted_update_without_join.sql"
+        "005_inserts_count_themselves.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",

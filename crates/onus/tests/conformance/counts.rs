@@ -95,6 +95,28 @@ pub async fn counters_follow_every_change_folded_or_not(env: Env) {
     }
     client.insert_many(jobs).await.unwrap();
     agree(&env, "a batch insert").await;
+    // One by one, and a unique key met twice: the second insert returns the first job and
+    // counts nothing.
+    for _ in 0..2 {
+        client
+            .insert(
+                NewJob::new("idle", json!({ "u": 1 }))
+                    .queue("q2")
+                    .unique_key("u-1"),
+            )
+            .await
+            .unwrap();
+    }
+    client
+        .insert_many(vec![
+            NewJob::new("idle", json!({ "u": 2 }))
+                .queue("q2")
+                .unique_key("u-1"),
+            NewJob::new("idle", json!({ "u": 3 })).queue("q2"),
+        ])
+        .await
+        .unwrap();
+    agree(&env, "single inserts and a unique key met again").await;
     env.store.fold_counts(env.clock_now()).await.unwrap();
     agree(&env, "a fold").await;
 

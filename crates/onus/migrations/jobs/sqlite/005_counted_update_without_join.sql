@@ -1,2 +1,0 @@
--- PostgreSQL's counters' update trigger changed at this version; SQLite keeps its counters with
--- row triggers, which need no change. This version keeps the two lines' numbers together.
