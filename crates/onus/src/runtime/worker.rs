@@ -213,11 +213,11 @@ struct ReadyTarget {
     batch: usize,
     /// Permits beyond `concurrency`.
     extra: usize,
-    /// Attempts the queue's dispatcher has started.
+    /// Handlers the queue has started.
     started: Arc<AtomicU64>,
     /// When `rate` was last measured, and `started` then.
     mark: (Instant, u64),
-    /// Attempts started per second, smoothed.
+    /// Handlers started per second, smoothed.
     rate: f64,
     /// A claim's round trip in seconds, smoothed.
     rtt: f64,
@@ -447,7 +447,7 @@ impl Drop for Unhold<'_> {
     }
 }
 
-/// A queue's run slots, and a count of the attempts started in them.
+/// A queue's run slots, and a count of the handlers started in them.
 struct RunSlots {
     free: Arc<Semaphore>,
     started: Arc<AtomicU64>,
@@ -475,15 +475,15 @@ async fn dispatch(
         match run {
             _ if hold.lost.is_cancelled() => {} // the fence dropped it before it started
             Some(run) if !hold.cancel.is_cancelled() => {
-                run_slots.started.fetch_add(1, Ordering::Relaxed);
                 let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
+                let started = run_slots.started.clone();
                 tracker.spawn(async move {
                     let _unhold = Unhold {
                         shared: &shared,
                         id,
                         serial: hold.serial,
                     };
-                    execute(&shared, job, &hold, hard, &finish).await;
+                    execute(&shared, job, &hold, hard, &finish, &started).await;
                     drop(run);
                     drop(claimed);
                 });
@@ -548,6 +548,7 @@ async fn execute(
     hold: &Hold,
     hard: CancellationToken,
     finish: &mpsc::UnboundedSender<Outcome>,
+    started: &AtomicU64,
 ) {
     let cancel = hold.cancel.clone();
     let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
@@ -593,6 +594,9 @@ async fn execute(
     if hold.lost.is_cancelled() {
         return; // fenced before it could start
     }
+    // Counted for the ready buffer once the handler starts: a job that found its lease key busy
+    // ran nothing, and counting it would grow the buffer with more jobs of busy keys.
+    started.fetch_add(1, Ordering::Relaxed);
     let job = Arc::new(job);
     let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ctx = JobContext {

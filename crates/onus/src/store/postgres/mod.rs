@@ -811,13 +811,18 @@ async fn release_lease(
         .await
         .map_err(q)?;
     if freed > 0 {
-        // Wake the job that has waited longest for this key; only jobs waiting for the lease.
+        // Wake the job that has waited longest for this key and still sleeps (one woken earlier
+        // and not yet claimed is passed over: this release frees another slot); only jobs
+        // waiting for the lease. It wakes due since its creation, not since now: it was claimed
+        // before the jobs still waiting in the queue, and a claim takes the longest due first,
+        // so it runs before later jobs of the same key take the slot and send it back to sleep.
         c.execute(
             "WITH w AS (
                 SELECT id FROM onus_jobs WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $3
+                  AND run_at > $2
                 ORDER BY run_at, id LIMIT 1
              ), woken AS (
-                UPDATE onus_jobs j SET run_at = $2 FROM w WHERE j.id = w.id AND j.run_at > $2 RETURNING j.queue
+                UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $2) FROM w WHERE j.id = w.id RETURNING j.queue
              )
              SELECT pg_notify('onus_jobs', queue) FROM woken",
             &[&key, &now, &job],
@@ -1029,15 +1034,27 @@ impl Store for PostgresStore {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        for key in keys {
-            lock_lease_key(&*tx, key).await?;
+        if !keys.is_empty() {
+            // One round trip; the locks are taken in the array's order.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
+                &[&keys],
+            )
+            .await
+            .map_err(q)?;
         }
         let mut applied = vec![false; batch.len()];
-        // The common case, plain completions, in one statement per owner.
-        let mut plain: std::collections::BTreeMap<
-            &str,
-            (Vec<usize>, Vec<JobId>, Vec<i32>, Timestamp),
-        > = std::collections::BTreeMap::new();
+        // The common case, completions (releasing the job's lease key or not), in one statement
+        // per owner.
+        type Plain<'a> = (
+            Vec<usize>,
+            Vec<JobId>,
+            Vec<i32>,
+            Vec<Option<&'a str>>,
+            Timestamp,
+        );
+        let mut plain: std::collections::BTreeMap<&str, Plain<'_>> =
+            std::collections::BTreeMap::new();
         // Rows in id order, as renewals and other batches take them: two writers never each
         // hold a row the other waits for.
         let mut order: Vec<usize> = (0..batch.len()).collect();
@@ -1045,17 +1062,17 @@ impl Store for PostgresStore {
         for i in order {
             let f = &batch[i];
             if matches!(f.transition, Transition::Complete)
-                && f.release_lease.is_none()
                 && f.periodic.is_none()
                 && f.expired_before.is_none()
             {
                 let e = plain
                     .entry(f.owner.as_str())
-                    .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), f.now));
+                    .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), Vec::new(), f.now));
                 e.0.push(i);
                 e.1.push(f.id);
                 e.2.push(f.attempt as i32);
-                e.3 = e.3.max(f.now);
+                e.3.push(f.release_lease.as_deref());
+                e.4 = e.4.max(f.now);
             } else {
                 applied[i] = finish_one(&*tx, f, false).await?;
             }
@@ -1066,22 +1083,44 @@ impl Store for PostgresStore {
         // walked every job this process held for each id of the batch (300 ms a batch at 64
         // slots through the index by owner; 430 ms through the index by lease expiry once the
         // first was gone).
-        for (owner, (idx, ids, attempts, now)) in plain {
+        //
+        // A completion that releases a lease key frees its slot and wakes as many sleeping
+        // waiters of the key as it freed slots, as `release_lease` does one by one, in the same
+        // statement: the batch holds its keys' locks for one statement, not for a round trip per
+        // job (with many keys, every job waiting on any of them waited for the whole batch).
+        for (owner, (idx, ids, attempts, releases, now)) in plain {
             let stmt = tx
                 .prepare_cached(
-                    "UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
-                     FROM unnest($2::bigint[], $3::integer[]) AS u(id, attempt)
-                     WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4
-                     RETURNING j.id",
+                    "WITH done AS (
+                        UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
+                        FROM unnest($2::bigint[], $3::integer[], $5::text[]) AS u(id, attempt, release)
+                        WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4
+                        RETURNING j.id, u.release
+                     ), freed AS (
+                        DELETE FROM onus_leases l USING done d
+                        WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
+                        RETURNING l.key
+                     ), woken AS (
+                        UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1)
+                        FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
+                             LATERAL (SELECT w.id FROM onus_jobs w
+                                      WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
+                                      ORDER BY w.run_at, w.id LIMIT f.n) w
+                        WHERE j.id = w.id
+                        RETURNING j.queue
+                     )
+                     SELECT id, false FROM done
+                     UNION ALL
+                     SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
                 )
                 .await
                 .map_err(q)?;
             let done: std::collections::HashSet<JobId> = tx
-                .query(&stmt, &[&now, &ids, &attempts, &owner])
+                .query(&stmt, &[&now, &ids, &attempts, &owner, &releases])
                 .await
                 .map_err(q)?
                 .iter()
-                .map(|r| r.get(0))
+                .filter_map(|r| r.get::<_, Option<JobId>>(0))
                 .collect();
             for (i, id) in idx.into_iter().zip(ids) {
                 applied[i] = done.contains(&id);
@@ -1381,6 +1420,15 @@ impl Store for PostgresStore {
                     .get(0);
                 let snooze = ask.busy_snooze(&held, last);
                 finish_one(&*tx, &snooze, true).await?;
+                // Not waiting for the disk: this transaction holds the key's lock, and every job
+                // of the key queues behind it (the holder's release too). A snooze lost in a
+                // crash of the database leaves the job running under this process's lease,
+                // which runs out, and the rescuer counts the attempt as lost, as for a process
+                // that died. Nothing acknowledged depends on it: a transaction that saw it
+                // commits after it, and its commit waits for both records to reach the disk.
+                tx.batch_execute("SET LOCAL synchronous_commit = off")
+                    .await
+                    .map_err(q)?;
                 LeaseDecision::Busy(match snooze.transition {
                     Transition::Snooze { run_at, .. } => run_at,
                     _ => now,

@@ -765,13 +765,14 @@ fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreRes
         .execute(params![key, job])
         .map_err(q)?;
     if freed > 0 {
-        // Wake the job that has waited longest for this key; only jobs waiting for the lease (a
-        // job snoozed for its own reasons keeps its time).
+        // Wake the job that has waited longest for this key and still sleeps; only jobs waiting
+        // for the lease (a job snoozed for its own reasons keeps its time). See the PostgreSQL
+        // store for why it wakes due since its creation.
         conn.prepare_cached(
-            "UPDATE onus_jobs SET run_at = ?2 WHERE id = (
+            "UPDATE onus_jobs SET run_at = min(created_at, ?2) WHERE id = (
                 SELECT id FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' AND lease_wait = 1
-                AND id != ?3 ORDER BY run_at, id LIMIT 1
-             ) AND run_at > ?2",
+                AND id != ?3 AND run_at > ?2 ORDER BY run_at, id LIMIT 1
+             )",
         )
         .map_err(q)?
         .execute(params![key, now, job])
