@@ -241,9 +241,14 @@ async fn one(o: &Opts, url: &str, waiting: usize, finished: usize) -> Result<Row
     // Throughput: a worker drains the next jobs from the head of the backlog.
     let before = completed(&store).await?;
     let target = before + o.drain.min(waiting.saturating_sub(o.claims * 16)) as u64;
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = calls.clone();
     let onus = Onus::builder(store.clone())
         .queue("default", 16)
-        .kind(Kind::new(KIND).handler(|_ctx: JobContext| async { Ok(()) }))
+        .kind(Kind::new(KIND).handler(move |_ctx: JobContext| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Ok(()) }
+        }))
         .build()
         .map_err(|e| e.to_string())?;
     let t = Instant::now();
@@ -263,6 +268,17 @@ async fn one(o: &Opts, url: &str, waiting: usize, finished: usize) -> Result<Row
     }
     let secs = t.elapsed().as_secs_f64();
     running.shutdown(Duration::from_secs(30)).await;
+    // Every handler call completed its job, once: a job run twice would show more calls than
+    // completions.
+    let (calls, drained) = (
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        completed(&store).await? - before,
+    );
+    if calls != drained {
+        return Err(format!(
+            "{calls} handler calls for {drained} jobs completed while draining"
+        ));
+    }
     Ok(Row {
         claim_p50_ms: median(times),
         claim_p90_ms: p90,

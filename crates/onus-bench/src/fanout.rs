@@ -80,8 +80,8 @@ struct Figures {
     rss_mib: f64,
 }
 
-/// Healthy receipts: (event id, when the sink got it).
-type Receipts = Arc<Mutex<Vec<(String, Instant)>>>;
+/// Healthy receipts: (event id, endpoint path, when the sink got it).
+type Receipts = Arc<Mutex<Vec<(String, String, Instant)>>>;
 
 async fn run(o: &Opts) -> Result<(), String> {
     let pg = onus_testkit::PgCluster::start().map_err(|e| e.to_string())?;
@@ -152,7 +152,7 @@ async fn one(o: &Opts, url: &str, dead: bool) -> Result<Figures, String> {
         let id = req.header("webhook-id").unwrap_or_default().to_string();
         r.lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((id, Instant::now()));
+            .push((id, req.path.clone(), Instant::now()));
         Reply::status(200)
     })
     .await;
@@ -215,6 +215,7 @@ async fn one(o: &Opts, url: &str, dead: bool) -> Result<Figures, String> {
     }
     let want = o.events * o.endpoints;
     let last = wait_for(&receipts, want).await?;
+    once_each(&receipts)?;
     let rate = want as f64 / (last - started).as_secs_f64();
 
     // Latency: paced events, one every 20 ms.
@@ -225,12 +226,13 @@ async fn one(o: &Opts, url: &str, dead: bool) -> Result<Figures, String> {
         tokio::time::sleep(Duration::from_millis(20)).await; // the pace of the load
     }
     wait_for(&receipts, o.paced * o.endpoints).await?;
+    once_each(&receipts)?;
     let published = published.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut lat: Vec<f64> = receipts
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter_map(|(id, at)| published.get(id).map(|p| (*at - *p).as_secs_f64() * 1e3))
+        .filter_map(|(id, _, at)| published.get(id).map(|p| (*at - *p).as_secs_f64() * 1e3))
         .collect();
     lat.sort_by(f64::total_cmp);
     let p99 = lat.get(lat.len() * 99 / 100).copied().unwrap_or(f64::NAN);
@@ -242,6 +244,19 @@ async fn one(o: &Opts, url: &str, dead: bool) -> Result<Figures, String> {
     })
 }
 
+/// Every healthy endpoint answered at once, so each event reached each of them exactly once: a
+/// second request for the same event at the same endpoint is a fault of the run.
+fn once_each(receipts: &Receipts) -> Result<(), String> {
+    let r = receipts.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = std::collections::HashSet::new();
+    for (id, path, _) in r.iter() {
+        if !seen.insert((id, path)) {
+            return Err(format!("event {id} reached {path} twice"));
+        }
+    }
+    Ok(())
+}
+
 /// Waits until the sink holds `n` healthy receipts; the last one's time.
 async fn wait_for(receipts: &Receipts, n: usize) -> Result<Instant, String> {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -251,7 +266,7 @@ async fn wait_for(receipts: &Receipts, n: usize) -> Result<Instant, String> {
             if r.len() >= n {
                 return Ok(r
                     .iter()
-                    .map(|(_, at)| *at)
+                    .map(|(_, _, at)| *at)
                     .max()
                     .unwrap_or_else(Instant::now));
             }

@@ -205,3 +205,67 @@ fn failures_report_the_error_line_and_exit_non_zero() {
         assert!(v["error"].as_str().unwrap().contains(says), "{v}");
     }
 }
+
+/// The workloads beyond the contract run to the end at small sizes on both backends, print their
+/// table, and check their own results (no job completed twice, no event delivered twice).
+#[test]
+fn the_other_workloads_run_and_print_their_tables() {
+    for (args, rows) in [
+        (
+            vec![
+                "backlog",
+                "--sizes",
+                "2000",
+                "--finished",
+                "2000",
+                "--claims",
+                "10",
+                "--drain",
+                "500",
+            ],
+            4, // two databases on each backend
+        ),
+        (
+            vec![
+                "fanout",
+                "--events",
+                "5",
+                "--paced",
+                "10",
+                "--endpoints",
+                "3",
+                "--reps",
+                "1",
+            ],
+            6, // two variants on each backend, and a ratio row each
+        ),
+        (vec!["memory", "--jobs", "2000", "--backlog", "2000"], 8), // four loads, two backends
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_onus-bench"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let table: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
+            .collect();
+        assert_eq!(
+            table.len(),
+            rows + 1,
+            "{args:?}: a header and {rows} rows:\n{stdout}"
+        );
+        for l in &table[1..] {
+            assert!(
+                !l.contains("NaN") && !l.contains("inf"),
+                "{args:?}: a figure could not be measured: {l}"
+            );
+        }
+    }
+}
