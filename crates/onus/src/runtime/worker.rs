@@ -1,6 +1,7 @@
 //! Workers: claim due jobs in batches, run each handler with its kind's timeout, turn the answer
 //! into a transition, and record outcomes in batches.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,6 +53,7 @@ pub(crate) async fn run_queue(
         ready_rx,
         RunSlots {
             free: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
             started,
         },
         stop.clone(),
@@ -417,6 +419,9 @@ pub(crate) struct Outcome {
     /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): this write finds it
     /// done, which is no lost lease.
     pub(crate) pre_completed: bool,
+    /// The attempt's count on its lease key, let go of (dropped) when this outcome is written or
+    /// given up.
+    pub(crate) _ticket: Option<super::hub::KeyTicket>,
 }
 
 impl Outcome {
@@ -427,6 +432,7 @@ impl Outcome {
             hold: None,
             counted: None,
             pre_completed: false,
+            _ticket: None,
         }
     }
 }
@@ -450,7 +456,59 @@ impl Drop for Unhold<'_> {
 /// A queue's run slots, and a count of the handlers started in them.
 struct RunSlots {
     free: Arc<Semaphore>,
+    concurrency: usize,
     started: Arc<AtomicU64>,
+}
+
+/// Jobs a queue keeps aside because this process already takes their lease key in all its
+/// slots (see [`super::hub::KeyGates`]): they wait here, held and renewed but in no run slot,
+/// and try the key when one of this process's attempts lets go of it, instead of each asking the
+/// database, finding the key busy and sleeping until a release wakes it. At most four per slot of
+/// a key, and at most half the queue's slots in all, so that jobs of other keys still find room
+/// to be claimed; the others take the usual path.
+#[derive(Default)]
+struct Parked {
+    by_key: HashMap<String, std::collections::VecDeque<Ready>>,
+    count: usize,
+}
+
+impl Parked {
+    /// Keeps `r` aside if its key is taken here in all its slots and there is room; else gives
+    /// it back.
+    fn park(&mut self, shared: &Shared, r: Ready, concurrency: usize) -> Option<Ready> {
+        let Some(key) = r.job.lease_key.as_deref() else {
+            return Some(r);
+        };
+        let slots = shared.kinds.get(&r.job.kind).map_or(1, |k| k.lease_slots);
+        let waiting = self.by_key.get(key).map_or(0, |q| q.len());
+        if self.count >= (concurrency / 2).max(1)
+            || waiting >= 4 * slots as usize
+            || !shared.hub.keys.full(key, slots)
+        {
+            return Some(r);
+        }
+        self.by_key.entry(key.to_string()).or_default().push_back(r);
+        self.count += 1;
+        None
+    }
+
+    /// The next job kept aside for `key`.
+    fn take(&mut self, key: &str) -> Option<Ready> {
+        let q = self.by_key.get_mut(key)?;
+        let r = q.pop_front();
+        if q.is_empty() {
+            self.by_key.remove(key);
+        }
+        if r.is_some() {
+            self.count -= 1;
+        }
+        r
+    }
+
+    fn drain(&mut self) -> Vec<Ready> {
+        self.count = 0;
+        self.by_key.drain().flat_map(|(_, q)| q).collect()
+    }
 }
 
 /// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
@@ -464,7 +522,24 @@ async fn dispatch(
     tracker: TaskTracker,
     finish: mpsc::UnboundedSender<Outcome>,
 ) {
-    while let Some(Ready { job, hold, claimed }) = ready.recv().await {
+    let mut parked = Parked::default();
+    let mut freed = shared.hub.keys.watch();
+    loop {
+        let next = tokio::select! {
+            biased;
+            Some(key) = freed.recv() => match parked.take(&key) {
+                Some(r) => r,
+                None => continue,
+            },
+            r = ready.recv() => match r {
+                Some(r) => r,
+                None => break,
+            },
+        };
+        let Some(Ready { job, hold, claimed }) = parked.park(&shared, next, run_slots.concurrency)
+        else {
+            continue;
+        };
         let run = tokio::select! {
             biased;
             _ = stop.cancelled() => None,
@@ -477,13 +552,14 @@ async fn dispatch(
             Some(run) if !hold.cancel.is_cancelled() => {
                 let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
                 let started = run_slots.started.clone();
+                let ticket = job.lease_key.as_deref().map(|k| shared.hub.keys.enter(k));
                 tracker.spawn(async move {
                     let _unhold = Unhold {
                         shared: &shared,
                         id,
                         serial: hold.serial,
                     };
-                    execute(&shared, job, &hold, hard, &finish, &started).await;
+                    execute(&shared, job, &hold, hard, &finish, &started, ticket).await;
                     drop(run);
                     drop(claimed);
                 });
@@ -499,11 +575,22 @@ async fn dispatch(
             }
         }
     }
+    // Stopping: jobs kept aside are handed back unstarted, as any other not started.
+    for Ready { job, hold, .. } in parked.drain() {
+        if !hold.lost.is_cancelled() {
+            send(
+                &shared,
+                &finish,
+                finish_of(&shared, &job, Transition::Return, None),
+                &hold,
+            );
+        }
+    }
 }
 
 /// Queues the outcome of a held job; the finisher releases the hold once it is written.
 fn send(shared: &Shared, finish: &mpsc::UnboundedSender<Outcome>, f: Finish, hold: &Hold) {
-    send_outcome(shared, finish, f, hold, None, false);
+    send_outcome(shared, finish, f, hold, None, false, None);
 }
 
 fn send_outcome(
@@ -513,6 +600,7 @@ fn send_outcome(
     hold: &Hold,
     counted: Option<(String, Option<Duration>)>,
     pre_completed: bool,
+    ticket: Option<super::hub::KeyTicket>,
 ) {
     let id = f.id;
     shared.hub.finishing(id, hold.serial);
@@ -522,6 +610,7 @@ fn send_outcome(
             hold: Some(hold.serial),
             counted,
             pre_completed,
+            _ticket: ticket,
         })
         .is_err()
     {
@@ -549,6 +638,7 @@ async fn execute(
     hard: CancellationToken,
     finish: &mpsc::UnboundedSender<Outcome>,
     started: &AtomicU64,
+    ticket: Option<super::hub::KeyTicket>,
 ) {
     let cancel = hold.cancel.clone();
     let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
@@ -685,6 +775,8 @@ async fn execute(
         hold,
         Some((job.kind.clone(), Some(began.elapsed()))),
         pre_completed,
+        // Let go of once this outcome, which releases the key, is written.
+        ticket,
     );
 }
 

@@ -129,6 +129,48 @@ pub async fn lease_keys_under_contention_lose_no_wakeup(env: Env) {
     running.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Jobs of a key this process already holds in all its slots wait in the process for it to let
+/// go, instead of each asking the database and sleeping until a release wakes it: of 20 jobs on
+/// one key claimed 8 at a time, the first runs, and the next ones wait here (up to half the
+/// queue's slots) and never write a snooze; without that, every job but the first would.
+pub async fn jobs_of_a_key_held_here_wait_in_the_process(env: Env) {
+    let gauge = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let g = gauge.clone();
+    let onus = env
+        .builder()
+        .queue("default", 8)
+        .kind(Kind::new("keyed").handler(move |_c: JobContext| {
+            let g = g.clone();
+            async move { crate::harness::gauged(&g.0, &g.1).await }
+        }))
+        .build()
+        .unwrap();
+    let rows = onus
+        .client()
+        .insert_many(
+            (0..20)
+                .map(|i| NewJob::new("keyed", json!({ "i": i })).lease_key("one"))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let running = onus.start();
+    let mut never_snoozed = 0;
+    for r in &rows {
+        let j = env.wait_state(r.job.id, JobState::Completed).await;
+        assert_eq!(j.attempt, 1, "waiting for a lease spends no attempt");
+        if j.snoozes == 0 {
+            never_snoozed += 1;
+        }
+    }
+    assert_eq!(gauge.1.load(Ordering::SeqCst), 1, "one at a time");
+    assert!(
+        never_snoozed >= 3,
+        "jobs waited in the process rather than in the database: {never_snoozed} of 20 never snoozed"
+    );
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
 async fn rated(env: &Env, when_spent: WhenSpent) -> onus::Onus {
     let limit = RateWindow::new("mail.recipient", 2, Duration::from_secs(3600), when_spent);
     env.builder()
@@ -233,8 +275,21 @@ pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
             && j.lease_expires_at != before.lease_expires_at
     })
     .await;
-    let waiter =
-        crate::harness::insert_id(&client, NewJob::new("slow", json!({})).lease_key("ep")).await;
+    // Another process (a runtime with its own connections, running a kind this one does not)
+    // asks for the key: the database says it is still held. (A job this process ran would wait
+    // in the process for its holder instead.)
+    let other = onus::Onus::builder(env.reopen().await)
+        .clock(env.clock.clone())
+        .options(crate::harness::fast_options())
+        .kind(Kind::new("elsewhere").handler(|_ctx: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
+    let other_running = other.start();
+    let waiter = crate::harness::insert_id(
+        &other.client(),
+        NewJob::new("elsewhere", json!({})).lease_key("ep"),
+    )
+    .await;
     let w = env
         .wait_job(waiter, "snoozed behind the holder", |j| j.snoozes == 1)
         .await;
@@ -247,6 +302,7 @@ pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
     env.wait_state(holder, JobState::Completed).await;
     let w = env.wait_state(waiter, JobState::Completed).await;
     assert_eq!(w.attempt, 1);
+    other_running.shutdown(Duration::from_secs(5)).await;
     running.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -471,11 +471,14 @@ pub async fn regression_shutdown_is_bounded_when_the_store_hangs(env: Env) {
 pub async fn regression_lease_waiters_wake_in_order(env: Env) {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let g = gate.clone();
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let s = started.clone();
     let onus = env
         .builder()
         .queue("default", 10)
         .kind(Kind::new("h").handler(move |_c: JobContext| {
             let g = g.clone();
+            s.fetch_add(1, Ordering::SeqCst);
             async move {
                 g.acquire().await.map(|p| p.forget()).ok();
                 Ok(())
@@ -500,17 +503,20 @@ pub async fn regression_lease_waiters_wake_in_order(env: Env) {
             .list(&JobFilter::default(), 100, None)
             .await
             .unwrap();
+        // Waiting in the database (snoozed until later) or in this process (claimed, kept
+        // aside for the holder: running, but no handler started).
         let waiting = all
             .iter()
             .filter(|j| j.state == JobState::Snoozed && j.run_at > now)
             .count();
+        let claimed = all.iter().filter(|j| j.state == JobState::Running).count();
         let renewed = env
             .store
             .lease_busy_until("key")
             .await
             .unwrap()
             .is_some_and(|t| t > now + chrono::TimeDelta::seconds(20));
-        waiting == 29 && renewed
+        waiting + claimed == 30 && started.load(Ordering::SeqCst) == 1 && renewed
     };
     wait_until("one holds the key, 29 wait", settled).await;
     // The holder runs on for minutes: its slot is renewed, the waiters must not stampede.
