@@ -362,7 +362,7 @@ async fn latency(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, Str
 }
 
 /// Latency with the inserting client in this process and the idle worker in another: the worker
-/// learns of each job from the database (PostgreSQL's NOTIFY, SQLite's poll). Start times are
+/// learns of each job from the database (PostgreSQL's NOTIFY; on SQLite the writer's check for other processes' commits). Start times are
 /// the worker's wall clock (one machine, one clock).
 async fn latency_other(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, String> {
     let client = Onus::builder(store)

@@ -217,18 +217,7 @@ fn contract(o: &Opts) -> Result<(), String> {
         // medians[metric][backend]
         let mut vals: Vec<[Vec<f64>; 2]> = vec![Default::default(); metrics.len()];
         for (b, backend) in ["sqlite", "postgres"].into_iter().enumerate() {
-            let mut env = env.clone();
-            let other = env
-                .iter()
-                .any(|(k, v)| *k == "LATENCY_CLIENT" && v == "other");
-            if backend == "sqlite" && other {
-                // Another process learns of a job on SQLite by its poll (1 s): fewer samples.
-                for (k, v) in env.iter_mut() {
-                    if *k == "N" {
-                        *v = (o.latency_n / 10).max(20).to_string();
-                    }
-                }
-            }
+            let env = env.clone();
             for _ in 0..o.reps {
                 let v = run_once(&url_for(backend)?, &env)?;
                 eprintln!("{backend} {name}: {v}");

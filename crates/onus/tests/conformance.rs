@@ -50,6 +50,8 @@ onus_testkit::both!(
                 exhausted_jobs_raise_an_alert,
                 complete_with_commits_the_job_and_its_writes_together,
                 a_kinds_args_check_refuses_bad_inserts,
+                another_process_insert_wakes_an_idle_worker_long_before_its_poll,
+                an_insert_claims_its_job_for_an_idle_worker_of_its_own_process,
             ],
             actions: [
                 manual_retry_runs_now_with_one_more_attempt,

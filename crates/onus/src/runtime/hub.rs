@@ -105,6 +105,22 @@ impl Hub {
         }
     }
 
+    /// Wakes the workers of every queue that found nothing at its last claim (another process
+    /// wrote something, which may be a job for any of them).
+    pub(crate) fn wake_idle(&self) {
+        let idle: Vec<String> = self
+            .intakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, i)| i.is_idle())
+            .map(|(q, _)| q.clone())
+            .collect();
+        for q in idle {
+            self.wake(&q);
+        }
+    }
+
     pub(crate) fn wake_all(&self) {
         let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         for n in q.values() {

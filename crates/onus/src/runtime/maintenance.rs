@@ -401,7 +401,8 @@ async fn prune(shared: &Shared) {
     }
 }
 
-/// Forwards notices from other processes (PostgreSQL's NOTIFY) to this process's workers.
+/// Forwards notices from other processes (PostgreSQL's NOTIFY; on SQLite, the writer's watch
+/// for other processes' commits) to this process's workers.
 pub(crate) async fn notices(shared: Arc<Shared>, stop: CancellationToken) {
     let mut rx = match shared.store.listen().await {
         Ok(Some(rx)) => rx,
@@ -417,6 +418,7 @@ pub(crate) async fn notices(shared: Arc<Shared>, stop: CancellationToken) {
                 Some(crate::store::Notice::Jobs(queue)) => shared.hub.wake(&queue),
                 Some(crate::store::Notice::Cancel(id)) => { shared.hub.cancel_running(id); }
                 Some(crate::store::Notice::Reconnected) => shared.hub.wake_all(),
+                Some(crate::store::Notice::Written) => shared.hub.wake_idle(),
                 None => return,
             },
             _ = stop.cancelled() => return,

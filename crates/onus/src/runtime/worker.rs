@@ -174,6 +174,11 @@ impl std::fmt::Debug for Intake {
 }
 
 impl Intake {
+    /// Whether the queue's worker found nothing at its last claim and runs nothing.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.idle.load(Ordering::SeqCst)
+    }
+
     /// A free slot for one inserted job, if the queue is idle.
     pub(crate) fn offer(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         if !self.idle.load(Ordering::SeqCst) {

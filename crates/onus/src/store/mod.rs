@@ -115,6 +115,9 @@ pub enum Notice {
     Cancel(JobId),
     /// The notice connection was lost and is back: notices may have been missed.
     Reconnected,
+    /// Another process wrote to the database (SQLite, which names no queue): any queue may have
+    /// due jobs.
+    Written,
 }
 
 /// A job ready to write: every default resolved by the client.
@@ -805,8 +808,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         })
     }
 
-    /// Notices from other processes, where the backend has them (`None` for SQLite, where
-    /// workers poll). The stream ends when the receiver is dropped.
+    /// Notices from other processes, where the backend has them (`None` where workers only poll).
+    /// The stream ends when the receiver is dropped.
     async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {
         Ok(None)
     }

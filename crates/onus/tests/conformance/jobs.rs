@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use onus::{
-    Backoff, DiscardReason, EntryClass, JobContext, JobError, JobState, Kind, NewJob, Policy,
+    Backoff, DiscardReason, EntryClass, JobContext, JobError, JobState, Kind, NewJob, Onus,
+    Options, Policy,
 };
 use serde_json::json;
 
@@ -607,4 +608,112 @@ pub async fn a_kinds_args_check_refuses_bad_inserts(env: Env) {
         .insert(NewJob::new("checked", json!({"to": "a@example.com"})))
         .await
         .unwrap();
+}
+/// A job another process inserts wakes an idle worker here long before its poll: PostgreSQL's
+/// notice, or on SQLite the writer's watch for other processes' commits.
+pub async fn another_process_insert_wakes_an_idle_worker_long_before_its_poll(env: Env) {
+    let onus = Onus::builder(env.store.clone())
+        .options(Options {
+            poll_interval: Duration::from_secs(600),
+            ..Options::default()
+        })
+        .kind(Kind::new("ping").handler(|_c: JobContext| async { Ok(()) }))
+        .build()
+        .unwrap();
+    let running = onus.start();
+    // Let the worker make its first (empty) claim and go idle: a job it then runs came by notice.
+    let warm = crate::harness::insert_id(&onus.client(), NewJob::new("ping", json!({}))).await;
+    env.wait_state(warm, JobState::Completed).await;
+    // Another process inserts: nothing in this process hears of it but the notice.
+    let other = Onus::builder(env.reopen().await).build().unwrap().client();
+    for _ in 0..5 {
+        let id = crate::harness::insert_id(&other, NewJob::new("ping", json!({}))).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if env.job(id).await.state == JobState::Completed {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not picked up; the poll interval is 10 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    running.shutdown(Duration::from_secs(5)).await;
+}
+
+/// An insert whose queue has an idle worker in this process claims the job in its own
+/// transaction (one commit) and hands it over at once; a job this process does not run, one due
+/// later, one with a unique key, and one in a paused queue are inserted as before.
+pub async fn an_insert_claims_its_job_for_an_idle_worker_of_its_own_process(env: Env) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<i64>();
+    let onus = Onus::builder(env.store.clone())
+        .options(Options {
+            poll_interval: Duration::from_secs(600),
+            ..Options::default()
+        })
+        .queue("default", 4)
+        .kind(Kind::new("ping").handler(move |c: JobContext| {
+            let _ = tx.send(c.job().id);
+            async { Ok(()) }
+        }))
+        .build()
+        .unwrap();
+    let client = onus.client();
+    // No worker running: inserted as usual.
+    let before = client.insert(NewJob::new("ping", json!({}))).await.unwrap();
+    assert_eq!(before.job.state, JobState::Available);
+    let running = onus.start();
+    env.wait_state(before.job.id, JobState::Completed).await;
+    // Once the worker has found nothing more to claim, an insert claims for it.
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(None));
+    wait_until("an insert claimed by the insert itself", || {
+        let (client, taken) = (client.clone(), taken.clone());
+        async move {
+            let i = client.insert(NewJob::new("ping", json!({}))).await.unwrap();
+            let ok = i.job.state == JobState::Running;
+            if ok {
+                *taken.lock().unwrap() = Some(i.job);
+            }
+            ok
+        }
+    })
+    .await;
+    let job = taken.lock().unwrap().take().unwrap();
+    assert_eq!(job.attempt, 1);
+    assert!(job.lease_owner.is_some() && job.lease_expires_at.is_some());
+    let done = env.wait_state(job.id, JobState::Completed).await;
+    assert_eq!(done.attempt, 1, "run once");
+    let mut calls = Vec::new();
+    while let Ok(id) = rx.try_recv() {
+        calls.push(id);
+    }
+    assert_eq!(calls.iter().filter(|i| **i == job.id).count(), 1);
+    // Not for this process, not due yet, uniquely keyed: inserted as before.
+    let elsewhere = client
+        .insert(NewJob::new("elsewhere", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.job.state, JobState::Available);
+    let later = client
+        .insert(
+            NewJob::new("ping", json!({})).run_at(chrono::Utc::now() + chrono::TimeDelta::hours(1)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(later.job.state, JobState::Scheduled);
+    let keyed = client
+        .insert(NewJob::new("ping", json!({})).unique_key("only-one"))
+        .await
+        .unwrap();
+    assert_eq!(keyed.job.state, JobState::Available);
+    env.wait_state(keyed.job.id, JobState::Completed).await;
+    // A paused queue claims nothing, not even this way.
+    client.pause_queue("default").await.unwrap();
+    let paused = client.insert(NewJob::new("ping", json!({}))).await.unwrap();
+    assert_eq!(paused.job.state, JobState::Available);
+    client.resume_queue("default").await.unwrap();
+    env.wait_state(paused.job.id, JobState::Completed).await;
+    running.shutdown(Duration::from_secs(5)).await;
 }
