@@ -246,12 +246,14 @@ pub async fn rate_window_drops_on_purpose(env: Env) {
 pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
     let gate = Arc::new(tokio::sync::Notify::new());
     let g = gate.clone();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
     let onus = env
         .builder()
         .kind(Kind::new("slow").handler(move |ctx: JobContext| {
-            let g = g.clone();
+            let (g, started_tx) = (g.clone(), started_tx.clone());
             async move {
                 if ctx.job().args["hold"] == true {
+                    let _ = started_tx.send(());
                     g.notified().await;
                 }
                 Ok(())
@@ -266,6 +268,12 @@ pub async fn lease_slot_outlives_its_ttl_while_the_holder_runs(env: Env) {
     )
     .await;
     let running = onus.start();
+    // Its handler runs (not only its claim committed: a clock moved between the claim's commit
+    // and the runtime taking the answer would let the rescuer see a lease that nobody holds yet).
+    tokio::time::timeout(crate::harness::DEADLINE, started.recv())
+        .await
+        .expect("the holder started")
+        .expect("the handler's channel is open");
     let before = env.wait_state(holder, JobState::Running).await;
     // Far past the lease TTL: the heartbeat renews the job's lease and its slot together.
     env.clock.advance(Duration::from_secs(120));
