@@ -458,6 +458,9 @@ impl Drop for Unhold<'_> {
     }
 }
 
+/// The most jobs of one lease key kept aside in a queue, per slot of the key.
+const PARKED_PER_SLOT: usize = 8;
+
 /// A queue's run slots, and a count of the handlers started in them.
 struct RunSlots {
     free: Arc<Semaphore>,
@@ -468,9 +471,11 @@ struct RunSlots {
 /// Jobs a queue keeps aside because this process already takes their lease key in all its
 /// slots (see [`super::hub::KeyGates`]): they wait here, held and renewed but in no run slot,
 /// and try the key when one of this process's attempts lets go of it, instead of each asking the
-/// database, finding the key busy and sleeping until a release wakes it. At most four per slot of
-/// a key, and at most half the queue's slots in all, so that jobs of other keys still find room
-/// to be claimed; the others take the usual path.
+/// database, finding the key busy and sleeping until a release wakes it. At most
+/// [`PARKED_PER_SLOT`] per slot of a key, and at most as many in all as the queue has slots: each
+/// holds one of the queue's claimed-job permits, of which there are at least twice the slots, so
+/// while a run slot is free a claim still finds a permit for the jobs of other keys. The others
+/// take the usual path.
 #[derive(Default)]
 struct Parked {
     by_key: HashMap<String, std::collections::VecDeque<Ready>>,
@@ -486,8 +491,8 @@ impl Parked {
         };
         let slots = shared.kinds.get(&r.job.kind).map_or(1, |k| k.lease_slots);
         let waiting = self.by_key.get(key).map_or(0, |q| q.len());
-        if self.count >= (concurrency / 2).max(1)
-            || waiting >= 4 * slots as usize
+        if self.count >= concurrency.max(1)
+            || waiting >= PARKED_PER_SLOT * slots as usize
             || !shared.hub.keys.full(key, slots)
         {
             return Some(r);
