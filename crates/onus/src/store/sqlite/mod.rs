@@ -54,7 +54,8 @@ pub struct SqliteOptions {
     /// it asks SQLite whether another process committed (`PRAGMA data_version`, a read of shared
     /// memory, no disk access); such a commit wakes this process's idle workers. 2 ms by default:
     /// a job another process inserts starts here within about a millisecond of its commit on
-    /// average, for a few hundred cheap checks a second while idle.
+    /// average. After a second without another process's commit the writer asks every 100 ms
+    /// (or this interval, if longer) until one comes, so an idle server costs next to nothing.
     pub watch_interval: Duration,
 }
 
@@ -228,6 +229,7 @@ impl SqliteStore {
         let w = Watch {
             to: watch.clone(),
             every: opts.watch_interval.max(Duration::from_micros(100)),
+            last_seen: std::time::Instant::now(),
         };
         std::thread::Builder::new()
             .name("onus-sqlite-writer".into())
@@ -351,40 +353,58 @@ fn in_savepoint<R>(
 struct Watch {
     to: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<Notice>>>>,
     every: Duration,
+    /// When another process's commit was last seen (or the watch began).
+    last_seen: std::time::Instant,
 }
+
+/// Quiet this long (no other process's commit seen), the watch slows to [`WATCH_QUIET_EVERY`].
+const WATCH_QUIET_AFTER: Duration = Duration::from_secs(1);
+const WATCH_QUIET_EVERY: Duration = Duration::from_millis(100);
 
 impl Watch {
     fn listener(&self) -> Option<tokio::sync::mpsc::UnboundedSender<Notice>> {
         self.to.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// How long the idle writer waits between checks now.
+    fn interval(&self) -> Duration {
+        if self.last_seen.elapsed() < WATCH_QUIET_AFTER {
+            self.every
+        } else {
+            self.every.max(WATCH_QUIET_EVERY)
+        }
+    }
+
     /// Tells the listener when another connection (another process: this one writes only through
     /// `conn`) committed since `seen`. `data_version` changes only for other connections' commits.
-    fn check(&self, conn: &Connection, seen: &mut Option<i64>) {
+    fn check(&mut self, conn: &Connection, seen: &mut Option<i64>) {
         let Some(to) = self.listener() else { return };
         let Ok(v) = conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)) else {
             return;
         };
-        if seen.is_some_and(|s| s != v) && to.send(Notice::Written).is_err() {
-            self.to.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if seen.is_some_and(|s| s != v) {
+            self.last_seen = std::time::Instant::now();
+            if to.send(Notice::Written).is_err() {
+                self.to.lock().unwrap_or_else(|e| e.into_inner()).take();
+            }
         }
         *seen = Some(v);
     }
 }
 
 /// One transaction per batch of queued writes (group commit). While a runtime listens, an idle
-/// writer checks every `watch.every` whether another process committed.
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize, watch: Watch) {
+/// writer checks every `watch.interval()` whether another process committed.
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize, mut watch: Watch) {
     let mut delivers: Vec<Deliver> = Vec::with_capacity(max_batch);
     let mut seen = None;
     let mut checked = std::time::Instant::now();
     loop {
         let first = if watch.listener().is_some() {
-            if checked.elapsed() >= watch.every {
+            if checked.elapsed() >= watch.interval() {
                 watch.check(&conn, &mut seen);
                 checked = std::time::Instant::now();
             }
-            match rx.recv_timeout(watch.every) {
+            match rx.recv_timeout(watch.interval()) {
                 Ok(w) => w,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
