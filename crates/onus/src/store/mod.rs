@@ -163,6 +163,20 @@ pub struct InsertClaim {
     pub take: Vec<bool>,
 }
 
+/// Which of `rows[range]` the insert claims: those `claim` asks for that are due now.
+pub(crate) fn taken(
+    rows: &[InsertRow],
+    range: std::ops::Range<usize>,
+    claim: Option<&InsertClaim>,
+) -> Vec<bool> {
+    range
+        .map(|k| {
+            rows[k].state == JobState::Available
+                && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
+        })
+        .collect()
+}
+
 /// The answer to one insert.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inserted {

@@ -487,20 +487,6 @@ async fn insert_alone(
     insert_bulk(c, rows, &taken(rows, 0..rows.len(), claim), claim, true).await
 }
 
-/// Which of `rows[range]` the insert claims: those `claim` asks for that are due now.
-fn taken(
-    rows: &[InsertRow],
-    range: std::ops::Range<usize>,
-    claim: Option<&InsertClaim>,
-) -> Vec<bool> {
-    range
-        .map(|k| {
-            rows[k].state == JobState::Available
-                && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
-        })
-        .collect()
-}
-
 /// A caller's own connection or transaction: nothing cached on it.
 struct Plain<'c, C>(&'c C);
 

@@ -979,13 +979,7 @@ impl Store for SqliteStore {
         claim: InsertClaim,
     ) -> StoreResult<Vec<Inserted>> {
         self.write(move |conn| {
-            let take: Vec<bool> = rows
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    r.state == JobState::Available && claim.take.get(i).copied().unwrap_or(false)
-                })
-                .collect();
+            let take = taken(&rows, 0..rows.len(), Some(&claim));
             let mut out = insert_rows(conn, rows)?;
             let (now, until) = (us(claim.now), us(claim.lease_until));
             let mut paused = conn
@@ -999,14 +993,23 @@ impl Store for SqliteStore {
                      lease_owner = ?3, lease_expires_at = ?4 WHERE id = ?1 AND state = 'available'",
                 )
                 .map_err(q)?;
+            // Whether each queue of the batch is paused, read once per queue.
+            let mut queues: std::collections::HashMap<String, bool> = Default::default();
             for (i, took) in out.iter_mut().zip(take) {
                 if !took || !i.inserted || i.job.state != JobState::Available {
                     continue;
                 }
-                if paused
-                    .query_row([&i.job.queue], |r| r.get::<_, bool>(0))
-                    .map_err(q)?
-                {
+                let is_paused = match queues.get(&i.job.queue) {
+                    Some(p) => *p,
+                    None => {
+                        let p = paused
+                            .query_row([&i.job.queue], |r| r.get::<_, bool>(0))
+                            .map_err(q)?;
+                        queues.insert(i.job.queue.clone(), p);
+                        p
+                    }
+                };
+                if is_paused {
                     continue;
                 }
                 if run
