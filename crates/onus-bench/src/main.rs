@@ -5,8 +5,9 @@
 //!
 //! - input, from the environment: `DATABASE_URL` (`sqlite://...` or `postgres://...`, an empty
 //!   database whose schema is installed untimed), `MODE` (`throughput` or `latency`), `N`,
-//!   `CONCURRENCY` (total handler slots), `WORKER_PROCS` (1 or 2 worker processes sharing the
-//!   slots), `INSERT_CHUNK` (jobs per batch insert, default 1000), `LATENCY_GAP_MS` (pause after
+//!   `CONCURRENCY` (total handler slots), `WORKER_PROCS` (1 to 4 worker processes sharing the
+//!   slots), `LATENCY_CLIENT` (`same` or `other`: the inserting client in a worker's process or in
+//!   its own), `INSERT_CHUNK` (jobs per batch insert, default 1000), `LATENCY_GAP_MS` (pause after
 //!   each latency sample, plus a random 0 to that much more), `LATENCY_WARMUP` (samples dropped)
 //!   and `RUN_TIMEOUT_S`;
 //! - output: logs on stderr and exactly one JSON line on stdout; on failure
@@ -31,6 +32,27 @@ mod worker;
 
 use std::process::ExitCode;
 
+const USAGE: &str = "\
+onus-bench: Onus's benchmark program (docs/benchmarks.md)
+
+Usage:
+  onus-bench                 one run of the driver contract, configured by the environment:
+                             DATABASE_URL (sqlite://... or postgres://..., an empty database),
+                             MODE (throughput | latency), N, CONCURRENCY, WORKER_PROCS (1-4),
+                             LATENCY_CLIENT (same | other), INSERT_CHUNK, LATENCY_GAP_MS,
+                             LATENCY_WARMUP, RUN_TIMEOUT_S; prints one JSON line
+  onus-bench suite           every workload on SQLite and a throwaway PostgreSQL, one table each
+                             [--reps R] [--n N] [--latency-n N] [--concurrency C]
+                             [--only contract,backlog,fanout,memory]
+  onus-bench backlog         claim cost at 10k, 100k and 1M waiting jobs, and with 1M finished
+  onus-bench fanout          webhook delivery to 20 endpoints, with and without a dead one
+                             [--events N] [--paced N] [--endpoints N] [--reps R] [--backends B]
+  onus-bench memory          a server's peak memory under each load
+  onus-bench api             inserts through the HTTP API, and pull workers
+  onus-bench panel           the tasks panel's pages at 10k, 100k and 1M jobs
+  onus-bench --help          this text
+";
+
 fn main() -> ExitCode {
     match std::env::var("ONUS_BENCH_ROLE").as_deref() {
         Ok("worker") => return worker::main(),
@@ -44,6 +66,14 @@ fn main() -> ExitCode {
         Some("backlog") => return backlog::main(),
         Some("fanout") => return fanout::main(),
         Some("memory") => return memory::main(),
+        Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => {
+            eprint!("onus-bench: unknown subcommand {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
         _ => {}
     }
     contract::main()

@@ -269,3 +269,34 @@ fn the_other_workloads_run_and_print_their_tables() {
         }
     }
 }
+
+/// `--help` prints every subcommand and the contract's settings; a mistyped subcommand is an
+/// error that shows the same text, not a driver run that complains about `DATABASE_URL`.
+#[test]
+fn help_lists_the_subcommands_and_an_unknown_one_is_refused() {
+    let bin = env!("CARGO_BIN_EXE_onus-bench");
+    let help = Command::new(bin).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8(help.stdout).unwrap();
+    for word in [
+        "suite",
+        "backlog",
+        "fanout",
+        "memory",
+        "api",
+        "panel",
+        "DATABASE_URL",
+        "WORKER_PROCS",
+        "LATENCY_CLIENT",
+    ] {
+        assert!(text.contains(word), "--help names {word}: {text}");
+    }
+    let typo = Command::new(bin).arg("suit").output().unwrap();
+    assert_eq!(typo.status.code(), Some(2));
+    let err = String::from_utf8(typo.stderr).unwrap();
+    assert!(err.contains("unknown subcommand \"suit\""), "{err}");
+    assert!(
+        typo.stdout.is_empty(),
+        "nothing on stdout for a driver to misread"
+    );
+}
