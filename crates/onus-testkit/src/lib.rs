@@ -14,6 +14,7 @@
 //! [`PgCluster`] is dropped, and by a watchdog if the process dies first.
 
 pub mod backend;
+pub mod chaos;
 pub mod proxy;
 pub mod python;
 pub mod sink;

@@ -1,14 +1,20 @@
 //! HTTP sinks on loopback for tests: they answer as scripted and record what they received.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::serve::IncomingStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// One request the sink received.
 #[derive(Debug, Clone)]
@@ -23,9 +29,18 @@ pub struct Received {
     pub body: Vec<u8>,
     /// How many requests were in flight at the sink, this one included.
     pub in_flight: usize,
+    /// How many requests to this path (without its query) were in flight, this one included.
+    pub in_flight_path: usize,
+    /// When the sink received it.
+    pub at: std::time::Instant,
 }
 
 impl Received {
+    /// The path without its query.
+    pub fn path_only(&self) -> &str {
+        self.path.split('?').next().unwrap_or_default()
+    }
+
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -46,6 +61,9 @@ pub struct Reply {
     pub body: String,
     /// Time to wait before answering (a slow endpoint).
     pub delay: Duration,
+    /// Reset the connection (after `delay`) instead of answering: the client sees the connection
+    /// torn down (TCP RST), never a status.
+    pub reset: bool,
 }
 
 impl Reply {
@@ -56,6 +74,15 @@ impl Reply {
             headers: Vec::new(),
             body: String::new(),
             delay: Duration::ZERO,
+            reset: false,
+        }
+    }
+
+    /// No answer: the connection is reset.
+    pub fn reset() -> Self {
+        Reply {
+            reset: true,
+            ..Reply::status(500)
         }
     }
 
@@ -85,6 +112,39 @@ struct Inner {
     log: Mutex<Vec<Received>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// Per path: (in flight now, most ever in flight at once).
+    paths: Mutex<HashMap<String, (usize, usize)>>,
+}
+
+/// Counts a request to one path in flight until dropped (also when the client goes away and the
+/// handler is dropped mid-delay).
+struct InFlight<'a> {
+    inner: &'a Inner,
+    path: String,
+}
+
+impl InFlight<'_> {
+    fn enter(inner: &Inner, path: String) -> (InFlight<'_>, usize, usize) {
+        let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let mut paths = inner.paths.lock().unwrap_or_else(|e| e.into_inner());
+        let e = paths.entry(path.clone()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+        let here = e.0;
+        drop(paths);
+        (InFlight { inner, path }, now, here)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let mut paths = self.inner.paths.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = paths.get_mut(&self.path) {
+            e.0 -= 1;
+        }
+    }
 }
 
 /// A scripted HTTP server on a loopback address.
@@ -104,13 +164,14 @@ impl std::fmt::Debug for HttpSink {
 
 async fn handle(
     State(inner): State<Arc<Inner>>,
+    ConnectInfo(conn): ConnectInfo<Conn>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let path = uri.path().to_string();
+    let (_counted, now, here) = InFlight::enter(&inner, path);
     let rec = Received {
         method: method.to_string(),
         path: uri
@@ -123,6 +184,8 @@ async fn handle(
             .collect(),
         body: body.to_vec(),
         in_flight: now,
+        in_flight_path: here,
+        at: std::time::Instant::now(),
     };
     let n = {
         let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
@@ -133,7 +196,11 @@ async fn handle(
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await; // the endpoint is slow on purpose
     }
-    inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+    if reply.reset {
+        // The connection fails its next write (this answer's), so the server drops it, and with
+        // a zero linger the close is a reset.
+        conn.0.store(true, Ordering::SeqCst);
+    }
     let mut resp = (
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         reply.body,
@@ -148,6 +215,109 @@ async fn handle(
         }
     }
     resp
+}
+
+/// A connection's reset switch, as a handler sees it.
+#[derive(Clone)]
+struct Conn(Arc<AtomicBool>);
+
+impl Connected<IncomingStream<'_, Listener>> for Conn {
+    fn connect_info(stream: IncomingStream<'_, Listener>) -> Self {
+        Conn(stream.io().reset.clone())
+    }
+}
+
+/// The sink's listener: every connection closes with a zero linger (a reset, if closed early)
+/// and carries a switch that makes its writes fail.
+struct Listener(tokio::net::TcpListener);
+
+impl axum::serve::Listener for Listener {
+    type Io = Io;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Io, SocketAddr) {
+        loop {
+            match self.0.accept().await {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_zero_linger();
+                    let _ = stream.set_nodelay(true);
+                    let io = Io {
+                        stream,
+                        reset: Arc::default(),
+                    };
+                    return (io, peer);
+                }
+                // Out of descriptors, say: wait a little rather than spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// A sink connection: the socket, failing every write once its switch is on.
+struct Io {
+    stream: tokio::net::TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+fn reset_error() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "reset by the sink's script",
+    )
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.reset.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(reset_error()));
+        }
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.reset.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(reset_error()));
+        }
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.reset.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(reset_error()));
+        }
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 impl HttpSink {
@@ -169,6 +339,7 @@ impl HttpSink {
             log: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            paths: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -176,9 +347,10 @@ impl HttpSink {
         let local = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
         let app = axum::Router::new()
             .fallback(handle)
-            .with_state(inner.clone());
+            .with_state(inner.clone())
+            .into_make_service_with_connect_info::<Conn>();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(Listener(listener), app).await;
         });
         HttpSink { inner, addr: local }
     }
@@ -214,6 +386,17 @@ impl HttpSink {
     /// The most requests ever in flight at once.
     pub fn max_in_flight(&self) -> usize {
         self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Per path (without its query), the most requests ever in flight at once.
+    pub fn max_in_flight_by_path(&self) -> HashMap<String, usize> {
+        self.inner
+            .paths
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(p, (_, max))| (p.clone(), *max))
+            .collect()
     }
 }
 
