@@ -25,6 +25,14 @@ pub struct FileConfig {
     /// The most bytes of an API request body: a number of bytes or `"512KiB"`, `"4MiB"`
     /// (default 1 MiB; `POST /jobs/batch` has its own limit of 32 MiB).
     pub body_limit: Option<ByteSize>,
+    /// How long a client may take to send a request's headers, and an idle connection may wait
+    /// for its next request, before it is closed (`"10s"`).
+    pub header_timeout: Option<String>,
+    /// How long a request body may go without a byte arriving before the request fails with 408
+    /// (`"30s"`).
+    pub body_timeout: Option<String>,
+    /// The most connections served at once (4096); more wait in the listen queue.
+    pub max_connections: Option<usize>,
     /// Serve `/metrics` without a token.
     #[serde(default)]
     pub metrics_public: bool,
@@ -530,6 +538,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         k.check(name)?;
     }
     cfg.retention.durations()?;
+    cfg.front_door()?;
     cfg.panel.base()?;
     cfg.webhooks.resolve()?;
     cfg.http.resolve()?;
@@ -537,6 +546,57 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         m.resolve()?;
     }
     Ok(cfg)
+}
+
+/// The HTTP server's limits on its clients, as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrontDoor {
+    /// `header_timeout`.
+    pub header_timeout: Duration,
+    /// `body_timeout`.
+    pub body_timeout: Duration,
+    /// `max_connections`.
+    pub max_connections: usize,
+}
+
+impl FileConfig {
+    /// `header_timeout`, `body_timeout` and `max_connections`, checked, defaults filled in.
+    pub fn front_door(&self) -> Result<FrontDoor, ConfigError> {
+        let timeout = |key: &str, v: &Option<String>, default: Duration| {
+            let Some(v) = v else { return Ok(default) };
+            match humantime::parse_duration(v) {
+                Ok(d) if !d.is_zero() && d <= Duration::from_secs(3600) => Ok(d),
+                Ok(_) => Err(ConfigError(format!(
+                    "{key} = {v:?}: give a duration from \"1ms\" to \"1h\""
+                ))),
+                Err(e) => Err(ConfigError(format!(
+                    "{key} = {v:?} is not a duration ({e}); write it like \"10s\""
+                ))),
+            }
+        };
+        let max_connections = match self.max_connections {
+            Some(0) => {
+                return Err(ConfigError(
+                    "max_connections = 0: the server needs at least 1 connection".into(),
+                ))
+            }
+            Some(n) => n,
+            None => crate::api::DEFAULT_MAX_CONNECTIONS,
+        };
+        Ok(FrontDoor {
+            header_timeout: timeout(
+                "header_timeout",
+                &self.header_timeout,
+                crate::api::DEFAULT_HEADER_TIMEOUT,
+            )?,
+            body_timeout: timeout(
+                "body_timeout",
+                &self.body_timeout,
+                crate::api::DEFAULT_BODY_TIMEOUT,
+            )?,
+            max_connections,
+        })
+    }
 }
 
 impl RetentionConfig {

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+mod front;
 pub mod panel;
 pub mod push;
 pub mod secrets;

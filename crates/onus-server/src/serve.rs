@@ -236,9 +236,20 @@ pub fn state(parts: &Parts, file: &FileConfig, auth: Auth) -> App {
         auth,
         kinds: parts.kinds.clone(),
         queues: file.queues.keys().cloned().collect(),
-        limits: Limits {
-            body: file.body_limit.map_or(api::DEFAULT_BODY_LIMIT, |b| b.0),
-            metrics_public: file.metrics_public,
+        limits: {
+            // Checked when the file was parsed; a value built in code falls back to defaults.
+            let door = file.front_door().unwrap_or(crate::config::FrontDoor {
+                header_timeout: api::DEFAULT_HEADER_TIMEOUT,
+                body_timeout: api::DEFAULT_BODY_TIMEOUT,
+                max_connections: api::DEFAULT_MAX_CONNECTIONS,
+            });
+            Limits {
+                body: file.body_limit.map_or(api::DEFAULT_BODY_LIMIT, |b| b.0),
+                metrics_public: file.metrics_public,
+                header_timeout: door.header_timeout,
+                body_timeout: door.body_timeout,
+                max_connections: door.max_connections,
+            }
         },
     }))
 }
@@ -284,16 +295,13 @@ impl Server {
                 .on_failure(()),
         );
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let http = tokio::spawn(async move {
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-        });
+        let limits = app.0.limits.clone();
+        let router = router.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            limits.body_timeout,
+        ));
+        let http = tokio::spawn(crate::front::serve(listener, router, limits, async {
+            let _ = stop_rx.await;
+        }));
         Ok(Server {
             addr,
             app,

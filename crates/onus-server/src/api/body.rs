@@ -28,6 +28,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "the request needs a JSON body (Content-Type: application/json)",
         ));
     }
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(ApiError::malformed(format!(
+            "the body is not valid JSON: it is not UTF-8 (an invalid byte at offset {}); send JSON encoded as UTF-8",
+            e.valid_up_to()
+        )));
+    }
     let v: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::malformed(format!("the body is not valid JSON: {e}")))?;
     // Neither database stores a NUL in text alike: refused at the door, naming where it is.
@@ -58,8 +64,14 @@ async fn read(req: Request, state: &App) -> Result<Vec<u8>, ApiError> {
     let mut buf = Vec::new();
     let mut seen = 0usize;
     while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::malformed(format!("cannot read the request body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            let e = e.into_inner();
+            if e.is::<tower_http::timeout::TimeoutError>() {
+                ApiError::body_timeout(state.limits.body_timeout)
+            } else {
+                ApiError::malformed(format!("cannot read the request body: {e}"))
+            }
+        })?;
         seen = seen.saturating_add(chunk.len());
         if seen > limit {
             buf = Vec::new();

@@ -67,6 +67,18 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, "conflict", message)
     }
 
+    /// 408: the body stopped arriving for `after`.
+    pub fn body_timeout(after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "the request body stopped arriving for {} ms (body_timeout); send it whole without pausing",
+                after.as_millis()
+            ),
+        )
+    }
+
     /// 413.
     pub fn too_large(limit: usize) -> Self {
         Self::new(

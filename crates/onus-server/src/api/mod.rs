@@ -71,13 +71,30 @@ pub struct Limits {
     pub body: usize,
     /// Whether `/metrics` answers without a token.
     pub metrics_public: bool,
+    /// How long a client may take to send a request's headers (and an idle connection may wait
+    /// for its next request) before the connection is closed.
+    pub header_timeout: std::time::Duration,
+    /// How long a request body may go without a byte arriving before the request fails (408).
+    pub body_timeout: std::time::Duration,
+    /// The most connections served at once; more wait in the listen queue.
+    pub max_connections: usize,
 }
+
+/// The default of `header_timeout`.
+pub const DEFAULT_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The default of `body_timeout`.
+pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The default of `max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             body: DEFAULT_BODY_LIMIT,
             metrics_public: false,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

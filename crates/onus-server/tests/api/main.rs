@@ -6,6 +6,7 @@ mod admin;
 mod errors;
 mod examples;
 mod harness;
+mod hostile;
 mod jobs;
 mod mail;
 mod openapi;
@@ -29,6 +30,7 @@ onus_testkit::both!(
         refused_calls_say_why_and_change_nothing,
         healthz_needs_no_token_and_the_body_limit_is_configurable,
     ],
+    hostile: [hostile_clients_get_a_clear_4xx_or_a_closed_connection],
     admin: [
         kinds_show_how_each_is_handled_and_its_timeline,
         a_paused_queue_runs_nothing_until_resumed,
