@@ -233,3 +233,58 @@ async fn call_once_answers_at_once_and_never_retries() {
         other => panic!("{other:?}"),
     }
 }
+
+/// An endpoint that answers with a body of 4 GiB (and would send it all) is read only as far as
+/// the excerpt: the call ends with its 1 KiB, and the endpoint could write no more than what the
+/// sockets' buffers hold before the client hung up.
+#[tokio::test]
+async fn a_gigabyte_answer_is_cut_at_the_excerpt_without_being_read_whole() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "the request never ended");
+            head.extend_from_slice(&b[..n]);
+        }
+        s.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4294967296\r\n\r\n")
+            .await
+            .unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut sent = 0usize;
+        // Until the client goes away (or, if it never did, the whole 4 GiB).
+        while sent < (4usize << 30) {
+            match s.write_all(&chunk).await {
+                Ok(()) => sent += chunk.len(),
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    let c = client();
+    let sent = c
+        .send(
+            &get(&format!("http://{addr}/huge")),
+            now(),
+            Duration::from_secs(36_000),
+        )
+        .await;
+    assert_eq!(sent.status, Some(500));
+    assert!(
+        sent.excerpt.len() <= onus_http::EXCERPT_BYTES && sent.excerpt.starts_with("xxxx"),
+        "{} bytes of excerpt",
+        sent.excerpt.len()
+    );
+    let written = tokio::time::timeout(Duration::from_secs(20), server)
+        .await
+        .expect("the client hung up instead of reading on")
+        .unwrap();
+    assert!(
+        written < 64 << 20,
+        "the endpoint wrote {written} bytes before the client hung up"
+    );
+}
