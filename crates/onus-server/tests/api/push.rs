@@ -141,3 +141,42 @@ pub async fn a_retry_after_snoozes_a_push_without_spending_an_attempt(w: World) 
         "signed with the configured secret"
     );
 }
+
+/// A push kind whose URL names an address off `[http] allow_networks` (here loopback addresses
+/// other than 127.0.0.1, in several spellings) is discarded at its first attempt, saying why,
+/// and no connection ever reaches that address.
+pub async fn a_push_url_to_a_refused_address_is_refused_without_a_connection(w: World) {
+    let backend = w.backend;
+    drop(w);
+    let counter = onus_testkit::sink::ConnCounter::start("127.0.0.2:0")
+        .await
+        .unwrap();
+    let port = counter.addr().port();
+    let hosts = ["127.0.0.2", "2130706434", "0x7f000002", "localhost"];
+    let mut toml = CONFIG.to_string();
+    for (i, host) in hosts.iter().enumerate() {
+        toml.push_str(&format!(
+            "\n[kinds.\"push.refused{i}\"]\nurl = \"http://{host}:{port}/hook\"\n"
+        ));
+    }
+    let w = api_with(backend, &toml).await;
+    for i in 0..hosts.len() {
+        let (s, j) = w
+            .post(
+                "/api/v1/jobs",
+                json!({"kind": format!("push.refused{i}"), "args": {}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{j}");
+        let id = j["id"].as_i64().unwrap();
+        let done = w.wait_job(id, |j| j["state"] == "discarded").await;
+        assert_eq!(done["attempt"], 1, "{done}");
+        let msg = done["errors"][0]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("refused to connect"), "{}: {done}", hosts[i]);
+    }
+    assert_eq!(
+        counter.settled_count().await,
+        0,
+        "no connection reached 127.0.0.2"
+    );
+}
