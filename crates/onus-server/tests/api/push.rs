@@ -160,7 +160,7 @@ pub async fn a_push_url_to_a_refused_address_is_refused_without_a_connection(w: 
         ));
     }
     let w = api_with(backend, &toml).await;
-    for i in 0..hosts.len() {
+    for (i, host) in hosts.iter().enumerate() {
         let (s, j) = w
             .post(
                 "/api/v1/jobs",
@@ -172,7 +172,7 @@ pub async fn a_push_url_to_a_refused_address_is_refused_without_a_connection(w: 
         let done = w.wait_job(id, |j| j["state"] == "discarded").await;
         assert_eq!(done["attempt"], 1, "{done}");
         let msg = done["errors"][0]["message"].as_str().unwrap_or_default();
-        assert!(msg.contains("refused to connect"), "{}: {done}", hosts[i]);
+        assert!(msg.contains("refused to connect"), "{host}: {done}");
     }
     assert_eq!(
         counter.settled_count().await,
