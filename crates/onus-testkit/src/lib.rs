@@ -5,6 +5,8 @@
 //! - [`sink::HttpSink`]: a scripted HTTP server on loopback that records every request.
 //! - [`sink::ConnCounter`]: a loopback listener that only counts connections.
 //! - [`TcpProxy`]: a loopback TCP proxy that can freeze its connections.
+//! - [`chaos::Chaos`]: a sink answering at random from a seed, every way an endpoint misbehaves.
+//! - [`SmallDisk`]: a tmpfs of a fixed size, to fill up on purpose.
 //!
 //! [`PgCluster`] starts a private PostgreSQL server from the binaries installed on the machine
 //! (`pg_config --bindir`, or Debian's `/usr/lib/postgresql/<version>/bin`), on a temporary
@@ -15,12 +17,14 @@
 
 pub mod backend;
 pub mod chaos;
+pub mod disk;
 pub mod proxy;
 pub mod python;
 pub mod sink;
 pub mod smtp;
 
 pub use backend::{Backend, TestDb, WriteLock};
+pub use disk::SmallDisk;
 pub use proxy::TcpProxy;
 
 use std::net::TcpListener;

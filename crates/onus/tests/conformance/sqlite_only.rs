@@ -257,3 +257,70 @@ async fn regression_a_long_external_lock_fails_queued_writes_together() {
     }
     store.write(|_conn| Ok(())).await.unwrap();
 }
+
+/// A full disk: inserts fail with an error that names it, never an "ok" for a job that was not
+/// written; every insert answered "ok" is there; once there is room again inserts work without
+/// a restart, and a fresh open of the file finds every confirmed job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_inserts_clearly_and_loses_no_confirmed_one() {
+    let disk = onus_testkit::SmallDisk::mount(4 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let ballast = disk.path().join("ballast");
+    std::fs::write(&ballast, vec![7u8; 1 << 20]).unwrap();
+    let url = format!("sqlite://{}", disk.path().join("onus.db").display());
+    let store = onus::open(&url).await.unwrap();
+    let onus = onus::Onus::builder(store.clone()).build().unwrap();
+    let client = onus.client();
+    let pad = "x".repeat(16_000);
+    let mut confirmed = Vec::new();
+    let mut refused = None;
+    for i in 0..2_000 {
+        match client
+            .insert(NewJob::new("disk.fill", json!({"i": i, "pad": pad})))
+            .await
+        {
+            Ok(ins) => confirmed.push(ins.job.id),
+            Err(e) => {
+                refused = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("a 4 MiB disk fills up before 2,000 jobs of 16 KB");
+    assert!(
+        refused.contains("full") && refused.contains("free space"),
+        "the error names the full disk and what to do: {refused}"
+    );
+    assert!(
+        confirmed.len() > 10,
+        "some inserts fit: {}",
+        confirmed.len()
+    );
+    for id in &confirmed {
+        assert!(
+            store.get(*id).await.unwrap().is_some(),
+            "confirmed job {id} is there"
+        );
+    }
+
+    // Room again: the next insert works, no restart needed.
+    std::fs::remove_file(&ballast).unwrap();
+    let after = client
+        .insert(NewJob::new("disk.fill", json!({"after": true})))
+        .await
+        .expect("inserts work again once the disk has room");
+    confirmed.push(after.job.id);
+
+    // A fresh open of the file (as after a crash) finds every confirmed job.
+    drop(client);
+    drop(onus);
+    drop(store);
+    let reopened = onus::open(&url).await.unwrap();
+    for id in &confirmed {
+        assert!(
+            reopened.get(*id).await.unwrap().is_some(),
+            "job {id} after reopen"
+        );
+    }
+    drop(reopened);
+    drop(disk);
+}

@@ -123,7 +123,7 @@ impl BatchError {
     fn of(what: &str, e: &rusqlite::Error) -> Self {
         BatchError {
             transient: transient(e),
-            message: format!("{what}: {e}"),
+            message: format!("{what}: {}", said(e)),
         }
     }
 
@@ -475,9 +475,28 @@ fn transient(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// SQLite's message, and what to do about it where the cause is the machine's: a full disk, a
+/// read-only file or directory, a file that cannot be opened.
+fn said(e: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode::*;
+    let hint = match e.sqlite_error_code() {
+        Some(DiskFull) => {
+            "; the disk holding the SQLite file is full: free space on it (nothing of this write was kept, and writes work again once there is room)"
+        }
+        Some(ReadOnly) => {
+            "; the SQLite file or its directory is read-only: give this process write access to both (SQLite writes its -wal and -shm files beside the database)"
+        }
+        Some(CannotOpen) => {
+            "; the SQLite file cannot be opened: check that its directory exists and this process may write there"
+        }
+        _ => "",
+    };
+    format!("{e}{hint}")
+}
+
 pub(crate) fn q(e: rusqlite::Error) -> StoreError {
     if transient(&e) {
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(said(&e))
     } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
         StoreError::Constraint(e.to_string())
     } else if let Some(column) = decode_column(&e) {
