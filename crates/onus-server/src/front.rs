@@ -39,6 +39,7 @@ pub(crate) async fn serve(
         .header_read_timeout(limits.header_timeout);
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let ended = Arc::new(tokio::sync::Notify::new());
     let mut shutdown = std::pin::pin!(shutdown);
     // Saturation is logged at most once a minute.
     let mut warned: Option<tokio::time::Instant> = None;
@@ -67,9 +68,10 @@ pub(crate) async fn serve(
                 Ok(x) => x,
                 Err(e) => {
                     // Out of file descriptors, say: the error is the system's, not a client's.
-                    tracing::warn!(error = %e, "cannot accept a connection; trying again shortly");
+                    // Accept again once a connection ends (which frees one), or after 50 ms.
+                    tracing::warn!(error = %e, "cannot accept a connection; waiting for one to end");
                     drop(permit);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = tokio::time::timeout(Duration::from_millis(50), ended.notified()).await;
                     continue;
                 }
             },
@@ -86,11 +88,13 @@ pub(crate) async fn serve(
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc))
             .into_owned();
         let conn = graceful.watch(conn);
+        let ended = ended.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             drop(permit);
+            ended.notify_one();
         });
     }
     drop(listener);

@@ -29,6 +29,25 @@ impl SmallDisk {
         Ok(SmallDisk { dir })
     }
 
+    /// Makes it read-only (`true`) or writable again (`false`); fails while a file on it is open
+    /// for writing.
+    pub fn read_only(&self, ro: bool) -> Result<(), String> {
+        let opt = if ro { "remount,ro" } else { "remount,rw" };
+        let out = Command::new("mount")
+            .args(["-o", opt])
+            .arg(self.dir.path())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "mount -o {opt} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
     /// Where it is mounted.
     pub fn path(&self) -> &Path {
         self.dir.path()

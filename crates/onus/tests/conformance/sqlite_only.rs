@@ -263,9 +263,9 @@ async fn regression_a_long_external_lock_fails_queued_writes_together() {
 /// a restart, and a fresh open of the file finds every confirmed job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_inserts_clearly_and_loses_no_confirmed_one() {
-    let disk = onus_testkit::SmallDisk::mount(4 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let disk = onus_testkit::SmallDisk::mount(8 << 20).unwrap_or_else(|e| panic!("{e}"));
     let ballast = disk.path().join("ballast");
-    std::fs::write(&ballast, vec![7u8; 1 << 20]).unwrap();
+    std::fs::write(&ballast, vec![7u8; 4 << 20]).unwrap();
     let url = format!("sqlite://{}", disk.path().join("onus.db").display());
     let store = onus::open(&url).await.unwrap();
     let onus = onus::Onus::builder(store.clone()).build().unwrap();
@@ -285,7 +285,7 @@ async fn a_full_disk_refuses_inserts_clearly_and_loses_no_confirmed_one() {
             }
         }
     }
-    let refused = refused.expect("a 4 MiB disk fills up before 2,000 jobs of 16 KB");
+    let refused = refused.expect("4 MiB left fill up before 2,000 jobs of 16 KB");
     assert!(
         refused.contains("full") && refused.contains("free space"),
         "the error names the full disk and what to do: {refused}"
@@ -323,4 +323,64 @@ async fn a_full_disk_refuses_inserts_clearly_and_loses_no_confirmed_one() {
     }
     drop(reopened);
     drop(disk);
+}
+
+/// A SQLite file on a read-only filesystem: opening it for work fails at once with an error that
+/// says so and what to do, and once the filesystem is writable again the same file opens with
+/// every job it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_file_is_refused_at_open_saying_why() {
+    let disk = onus_testkit::SmallDisk::mount(8 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("sqlite://{}", disk.path().join("onus.db").display());
+    let store = onus::open(&url).await.unwrap();
+    let id = onus::Onus::builder(store.clone())
+        .build()
+        .unwrap()
+        .client()
+        .insert(NewJob::new("ro.check", json!({})))
+        .await
+        .unwrap()
+        .job
+        .id;
+    drop(store);
+    disk.read_only(true).unwrap_or_else(|e| panic!("{e}"));
+    let e = match onus::open(&url).await {
+        Ok(_) => panic!("a read-only database opened for work"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("cannot open the SQLite database at") && e.contains("is writable"),
+        "the error names the file and what to check: {e}"
+    );
+    disk.read_only(false).unwrap();
+    let store = onus::open(&url).await.unwrap();
+    assert!(store.get(id).await.unwrap().is_some());
+    drop(store);
+    drop(disk);
+}
+
+/// The SQLite file removed while the store has it open: a write would go into the unlinked file
+/// and be lost at the next open, so every write from then on fails saying what happened, and
+/// none is answered "ok".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_removed_under_the_store_fails_writes_instead_of_losing_them() {
+    let env = Env::new(Backend::Sqlite).await;
+    let client = env.client();
+    client
+        .insert(NewJob::new("rm.check", json!({"before": true})))
+        .await
+        .unwrap();
+    let path = db_path(&env);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    for i in 0..3 {
+        let e = client
+            .insert(NewJob::new("rm.check", json!({"after": i})))
+            .await
+            .expect_err("a write into a removed file is refused")
+            .to_string();
+        assert!(e.contains("removed or replaced"), "{e}");
+        assert!(e.contains("nothing of this write was kept"), "{e}");
+    }
 }

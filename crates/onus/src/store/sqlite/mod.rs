@@ -231,9 +231,10 @@ impl SqliteStore {
             every: opts.watch_interval.max(Duration::from_micros(100)),
             last_seen: std::time::Instant::now(),
         };
+        let file = FileId::of(&opts.path);
         std::thread::Builder::new()
             .name("onus-sqlite-writer".into())
-            .spawn(move || writer_loop(conn, rx, max_batch, w))
+            .spawn(move || writer_loop(conn, rx, max_batch, w, file))
             .map_err(|e| StoreError::Open(format!("cannot start the SQLite writer thread: {e}")))?;
         Ok(SqliteStore {
             writer: Mutex::new(Some(tx)),
@@ -394,7 +395,13 @@ impl Watch {
 
 /// One transaction per batch of queued writes (group commit). While a runtime listens, an idle
 /// writer checks every `watch.interval()` whether another process committed.
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize, mut watch: Watch) {
+fn writer_loop(
+    conn: Connection,
+    rx: mpsc::Receiver<Work>,
+    max_batch: usize,
+    mut watch: Watch,
+    file: Option<FileId>,
+) {
     let mut delivers: Vec<Deliver> = Vec::with_capacity(max_batch);
     let mut seen = None;
     let mut checked = std::time::Instant::now();
@@ -449,8 +456,16 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize, mut
                 Err(_) => break,
             }
         }
+        // A file removed or replaced under the open connection would take this commit into an
+        // unlinked file, lost at the next open: refuse it instead.
+        let lost = lost.or_else(|| file.as_ref().and_then(FileId::moved));
         let err = match lost {
-            Some(e) => Some(e),
+            Some(e) => {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                Some(e)
+            }
             None => match conn.execute_batch("COMMIT") {
                 Ok(()) => None,
                 Err(e) => {
@@ -462,6 +477,41 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Work>, max_batch: usize, mut
         for d in delivers.drain(..) {
             d(err.as_ref());
         }
+    }
+}
+
+/// Which file the database was opened as (device and inode), to notice it removed or replaced.
+#[derive(Debug, Clone)]
+struct FileId {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(path: &Path) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileId {
+            path: path.to_path_buf(),
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+
+    /// Why a commit must not go ahead, when the file at the path is no longer the one open.
+    fn moved(&self) -> Option<BatchError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let same = std::fs::metadata(&self.path)
+            .map(|m| m.dev() == self.dev && m.ino() == self.ino)
+            .unwrap_or(false);
+        (!same).then(|| BatchError {
+            transient: true,
+            message: format!(
+                "the SQLite file {} was removed or replaced while open; nothing of this write was kept: put the file back, or restart onus to open the database now at that path",
+                self.path.display()
+            ),
+        })
     }
 }
 
