@@ -1,6 +1,8 @@
 //! A loopback TCP proxy that can freeze: while frozen it accepts and reads but forwards nothing,
 //! so the connections through it hang the way a partitioned network or a stuck middlebox makes
-//! them hang (no reset, no error: the kernel even acknowledges what the client sends).
+//! them hang (no reset, no error: the kernel even acknowledges what the client sends). It can
+//! also cut: close every connection through it and refuse new ones, as a database that went
+//! away does, until it is restored.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use tokio::sync::watch;
 pub struct TcpProxy {
     addr: SocketAddr,
     frozen: Arc<watch::Sender<bool>>,
+    cut: Arc<watch::Sender<bool>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -23,18 +26,23 @@ impl TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let frozen = Arc::new(watch::Sender::new(false));
-        let f = frozen.clone();
+        let cut = Arc::new(watch::Sender::new(false));
+        let (f, c) = (frozen.clone(), cut.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let f = f.clone();
+                if *c.borrow() {
+                    drop(client); // cut: refused at once
+                    continue;
+                }
+                let (f, c) = (f.clone(), c.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(target).await {
                         let _ = client.set_nodelay(true);
                         let _ = server.set_nodelay(true);
                         let (cr, cw) = client.into_split();
                         let (sr, sw) = server.into_split();
-                        tokio::spawn(pipe(cr, sw, f.subscribe()));
-                        tokio::spawn(pipe(sr, cw, f.subscribe()));
+                        tokio::spawn(pipe(cr, sw, f.subscribe(), c.subscribe()));
+                        tokio::spawn(pipe(sr, cw, f.subscribe(), c.subscribe()));
                     }
                 });
             }
@@ -42,6 +50,7 @@ impl TcpProxy {
         Ok(TcpProxy {
             addr,
             frozen,
+            cut,
             accept,
         })
     }
@@ -60,6 +69,17 @@ impl TcpProxy {
     pub fn thaw(&self) {
         self.frozen.send_replace(false);
     }
+
+    /// Closes every connection through the proxy and closes new ones at once, until
+    /// [`TcpProxy::restore`]: the database is gone.
+    pub fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Accepts and forwards new connections again.
+    pub fn restore(&self) {
+        self.cut.send_replace(false);
+    }
 }
 
 impl Drop for TcpProxy {
@@ -72,15 +92,20 @@ async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut frozen: watch::Receiver<bool>,
+    mut cut: watch::Receiver<bool>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = tokio::select! {
+            r = from.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = cut.wait_for(|c| *c) => return, // both halves dropped: the connection closes
         };
-        if frozen.wait_for(|f| !*f).await.is_err() {
-            break;
+        tokio::select! {
+            r = frozen.wait_for(|f| !*f) => if r.is_err() { break },
+            _ = cut.wait_for(|c| *c) => return,
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;

@@ -102,3 +102,75 @@ async fn healthz_is_503_while_the_database_does_not_answer() {
     proxy.thaw();
     w.wait_get_raw_ok("/healthz").await;
 }
+
+/// PostgreSQL gone mid-run and back: inserts answered 201 before and after are there; inserts
+/// while it is gone get a 503 (never a 201), `/healthz` says 503 meanwhile, and the server
+/// recovers by itself. Unreachable at start, the server refuses to start naming where it looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_lost_mid_run_loses_no_confirmed_insert_and_recovers() {
+    let db = onus_testkit::TestDb::new(onus_testkit::Backend::Postgres).await;
+    let direct = db.url.clone();
+    let port = onus_testkit::PgCluster::shared().port();
+    let proxy = onus_testkit::TcpProxy::start(([127, 0, 0, 1], port).into())
+        .await
+        .unwrap();
+    let url = direct.replace(&format!(":{port}/"), &format!(":{}/", proxy.addr().port()));
+
+    // Unreachable at start: a clear refusal naming the address.
+    proxy.cut();
+    let file = onus_server::config::parse(harness::CONFIG).unwrap();
+    let e = onus_server::serve::prepare(&file, &url, true)
+        .await
+        .err()
+        .expect("no server without its database");
+    assert!(
+        e.contains(&proxy.addr().port().to_string()),
+        "the error names where it looked: {e}"
+    );
+    proxy.restore();
+
+    let w = harness::api_at(db, &url, onus_testkit::Backend::Postgres, harness::CONFIG)
+        .await
+        .unwrap_or_else(|(_, e)| panic!("{e}"));
+    let insert = |tag: &'static str| {
+        let w = &w;
+        async move {
+            w.post(
+                "/api/v1/jobs",
+                serde_json::json!({"kind": "report.build", "args": {"tag": tag}}),
+            )
+            .await
+        }
+    };
+    let (s, before) = insert("before").await;
+    assert_eq!(s, 201, "{before}");
+
+    proxy.cut();
+    for _ in 0..3 {
+        let (s, e) = insert("during").await;
+        assert_eq!(s, 503, "an insert while the database is gone: {e}");
+    }
+    let (s, h) = w.raw("GET", "/healthz", None, None).await;
+    assert_eq!(s, 503, "{h}");
+
+    proxy.restore();
+    w.wait_get_raw_ok("/healthz").await;
+    let (s, after) = insert("after").await;
+    assert_eq!(s, 201, "{after}");
+
+    // Straight from the database: the two confirmed inserts, and none of those refused.
+    let (client, conn) =
+        onus::postgres::tokio_postgres::connect(&direct, onus::postgres::tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let rows = client
+        .query(
+            "SELECT args->>'tag' FROM onus_jobs WHERE kind = 'report.build' ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let tags: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(tags, ["before", "after"]);
+}
