@@ -119,10 +119,10 @@ async fn postgres_lost_mid_run_loses_no_confirmed_insert_and_recovers() {
     // Unreachable at start: a clear refusal naming the address.
     proxy.cut();
     let file = onus_server::config::parse(harness::CONFIG).unwrap();
-    let e = onus_server::serve::prepare(&file, &url, true)
-        .await
-        .err()
-        .expect("no server without its database");
+    let e = match onus_server::serve::prepare(&file, &url, true).await {
+        Ok(_) => panic!("a server started without its database"),
+        Err(e) => e,
+    };
     assert!(
         e.contains(&proxy.addr().port().to_string()),
         "the error names where it looked: {e}"
