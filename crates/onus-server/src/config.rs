@@ -33,6 +33,9 @@ pub struct FileConfig {
     pub body_timeout: Option<String>,
     /// The most connections served at once (4096); more wait in the listen queue.
     pub max_connections: Option<usize>,
+    /// For fault drills only: this process's clock runs this far off the machine's (`"30s"`
+    /// ahead, `"-30s"` behind), as a machine whose clock drifted would.
+    pub clock_offset: Option<String>,
     /// Serve `/metrics` without a token.
     #[serde(default)]
     pub metrics_public: bool,
@@ -539,6 +542,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     }
     cfg.retention.durations()?;
     cfg.front_door()?;
+    cfg.clock_offset()?;
     cfg.panel.base()?;
     cfg.webhooks.resolve()?;
     cfg.http.resolve()?;
@@ -560,6 +564,29 @@ pub struct FrontDoor {
 }
 
 impl FileConfig {
+    /// `clock_offset`, checked: at most a day either way.
+    pub fn clock_offset(&self) -> Result<Option<chrono::TimeDelta>, ConfigError> {
+        let Some(v) = &self.clock_offset else {
+            return Ok(None);
+        };
+        let (sign, text) = match v.trim().strip_prefix('-') {
+            Some(rest) => (-1, rest.trim()),
+            None => (1, v.trim()),
+        };
+        let d = humantime::parse_duration(text).map_err(|e| {
+            ConfigError(format!(
+                "clock_offset = {v:?} is not a duration ({e}); write it like \"30s\" or \"-30s\""
+            ))
+        })?;
+        if d > Duration::from_secs(86_400) {
+            return Err(ConfigError(format!(
+                "clock_offset = {v:?} is more than a day; a drill needs seconds to minutes"
+            )));
+        }
+        let d = chrono::TimeDelta::from_std(d).map_err(|e| ConfigError(e.to_string()))?;
+        Ok(Some(d * sign))
+    }
+
     /// `header_timeout`, `body_timeout` and `max_connections`, checked, defaults filled in.
     pub fn front_door(&self) -> Result<FrontDoor, ConfigError> {
         let timeout = |key: &str, v: &Option<String>, default: Duration| {
@@ -772,5 +799,38 @@ mod tests {
             let e = parse(text).unwrap_err();
             assert!(e.0.contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn clock_offset_and_front_door_settings_are_checked() {
+        let c = parse("clock_offset = \"-30s\"\n").unwrap();
+        assert_eq!(
+            c.clock_offset().unwrap(),
+            Some(chrono::TimeDelta::seconds(-30))
+        );
+        let c = parse("clock_offset = \"2m\"\n").unwrap();
+        assert_eq!(
+            c.clock_offset().unwrap(),
+            Some(chrono::TimeDelta::seconds(120))
+        );
+        assert_eq!(parse("").unwrap().clock_offset().unwrap(), None);
+        for (text, says) in [
+            ("clock_offset = \"soon\"\n", "write it like \"30s\""),
+            ("clock_offset = \"3d\"\n", "more than a day"),
+            ("header_timeout = \"0s\"\n", "from \"1ms\" to \"1h\""),
+            ("body_timeout = \"fast\"\n", "not a duration"),
+            ("max_connections = 0\n", "at least 1 connection"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.0.contains(says), "{text}: {e}");
+        }
+        let d = parse("header_timeout = \"2s\"\nmax_connections = 9\n")
+            .unwrap()
+            .front_door()
+            .unwrap();
+        assert_eq!(
+            (d.header_timeout, d.body_timeout, d.max_connections),
+            (Duration::from_secs(2), Duration::from_secs(30), 9)
+        );
     }
 }

@@ -65,7 +65,15 @@ pub fn runtime_with(
     let hooks =
         onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
     let http = Arc::new(onus_http::HttpClient::new(&http_cfg).map_err(|e| e.to_string())?);
-    let mut b = Onus::builder(store)
+    let mut b = Onus::builder(store);
+    if let Some(off) = file.clock_offset().map_err(|e| e.to_string())? {
+        tracing::warn!(
+            offset_ms = off.num_milliseconds(),
+            "clock_offset is set: this process's clock is shifted on purpose (fault drills only)"
+        );
+        b = b.clock(onus::OffsetClock::new(off));
+    }
+    let mut b = b
         .component(&secrets)
         .component(&hooks)
         .kind(onus_http::request::kind(http.clone()));

@@ -115,3 +115,28 @@ pub async fn an_exhausted_job_raises_an_alert_that_is_acknowledged(w: World) {
     let (_, a) = w.get("/api/v1/alerts").await;
     assert_eq!(a["open"], json!(0), "{a}");
 }
+
+/// `clock_offset` (fault drills) shifts the server's clock: what it writes is stamped that far
+/// ahead of the machine's time.
+pub async fn clock_offset_shifts_what_the_server_stamps(w: World) {
+    let backend = w.backend;
+    drop(w);
+    let toml = format!("clock_offset = \"45s\"\n{}", crate::harness::CONFIG);
+    let w = crate::harness::api_with(backend, &toml).await;
+    let before = chrono::Utc::now();
+    let (s, j) = w
+        .post(
+            "/api/v1/jobs",
+            serde_json::json!({"kind": "report.build", "args": {}, "run_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(s, 201, "{j}");
+    let after = chrono::Utc::now();
+    let created: chrono::DateTime<chrono::Utc> = j["created_at"].as_str().unwrap().parse().unwrap();
+    let ahead = created - before;
+    assert!(
+        ahead >= chrono::TimeDelta::seconds(44)
+            && created - after <= chrono::TimeDelta::seconds(46),
+        "created {created}, between {before} and {after} plus 45 s"
+    );
+}

@@ -36,6 +36,7 @@ onus_testkit::both!(
         a_paused_queue_runs_nothing_until_resumed,
         periodic_jobs_are_listed_with_their_next_run,
         an_exhausted_job_raises_an_alert_that_is_acknowledged,
+        clock_offset_shifts_what_the_server_stamps,
     ],
     webhooks: [
         an_event_reaches_only_its_tenants_endpoints,
