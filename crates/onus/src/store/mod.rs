@@ -646,6 +646,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The backend's name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
 
+    /// Whether the database answers and can take writes: `/healthz` asks this. By default a read
+    /// of one row.
+    async fn health(&self) -> StoreResult<()> {
+        self.get(0).await.map(|_| ())
+    }
+
     /// The concrete store, for backend-specific tests and tools. Components reach the database
     /// through [`crate::db::Db`] instead.
     fn as_any(&self) -> &dyn std::any::Any;

@@ -383,4 +383,7 @@ async fn a_file_removed_under_the_store_fails_writes_instead_of_losing_them() {
         assert!(e.contains("removed or replaced"), "{e}");
         assert!(e.contains("nothing of this write was kept"), "{e}");
     }
+    // The health check (what `/healthz` asks) says so too.
+    let h = env.store.health().await.expect_err("unhealthy").to_string();
+    assert!(h.contains("removed or replaced"), "{h}");
 }

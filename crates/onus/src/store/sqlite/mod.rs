@@ -144,6 +144,8 @@ pub struct SqliteStore {
     watch: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<Notice>>>>,
     readers: Arc<ReaderPool>,
     path: PathBuf,
+    /// The file as opened, to notice it removed or replaced.
+    file: Option<FileId>,
 }
 
 #[derive(Debug)]
@@ -232,9 +234,10 @@ impl SqliteStore {
             last_seen: std::time::Instant::now(),
         };
         let file = FileId::of(&opts.path);
+        let writer_file = file.clone();
         std::thread::Builder::new()
             .name("onus-sqlite-writer".into())
-            .spawn(move || writer_loop(conn, rx, max_batch, w, file))
+            .spawn(move || writer_loop(conn, rx, max_batch, w, writer_file))
             .map_err(|e| StoreError::Open(format!("cannot start the SQLite writer thread: {e}")))?;
         Ok(SqliteStore {
             writer: Mutex::new(Some(tx)),
@@ -244,6 +247,7 @@ impl SqliteStore {
                 idle: Mutex::new(Vec::new()),
             }),
             path: opts.path,
+            file,
         })
     }
 
@@ -1000,6 +1004,13 @@ fn refs(p: &[Box<dyn ToSql + Send>]) -> Vec<&dyn ToSql> {
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn health(&self) -> StoreResult<()> {
+        if let Some(moved) = self.file.as_ref().and_then(FileId::moved) {
+            return Err(moved.to_error());
+        }
+        self.get(0).await.map(|_| ())
+    }
+
     fn backend(&self) -> &'static str {
         "sqlite"
     }
