@@ -563,6 +563,16 @@ pub struct FrontDoor {
     pub max_connections: usize,
 }
 
+impl Default for FrontDoor {
+    fn default() -> Self {
+        FrontDoor {
+            header_timeout: crate::api::DEFAULT_HEADER_TIMEOUT,
+            body_timeout: crate::api::DEFAULT_BODY_TIMEOUT,
+            max_connections: crate::api::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
 impl FileConfig {
     /// `clock_offset`, checked: at most a day either way.
     pub fn clock_offset(&self) -> Result<Option<chrono::TimeDelta>, ConfigError> {
@@ -601,6 +611,7 @@ impl FileConfig {
                 ))),
             }
         };
+        let d = FrontDoor::default();
         let max_connections = match self.max_connections {
             Some(0) => {
                 return Err(ConfigError(
@@ -608,19 +619,11 @@ impl FileConfig {
                 ))
             }
             Some(n) => n,
-            None => crate::api::DEFAULT_MAX_CONNECTIONS,
+            None => d.max_connections,
         };
         Ok(FrontDoor {
-            header_timeout: timeout(
-                "header_timeout",
-                &self.header_timeout,
-                crate::api::DEFAULT_HEADER_TIMEOUT,
-            )?,
-            body_timeout: timeout(
-                "body_timeout",
-                &self.body_timeout,
-                crate::api::DEFAULT_BODY_TIMEOUT,
-            )?,
+            header_timeout: timeout("header_timeout", &self.header_timeout, d.header_timeout)?,
+            body_timeout: timeout("body_timeout", &self.body_timeout, d.body_timeout)?,
             max_connections,
         })
     }

@@ -246,11 +246,7 @@ pub fn state(parts: &Parts, file: &FileConfig, auth: Auth) -> App {
         queues: file.queues.keys().cloned().collect(),
         limits: {
             // Checked when the file was parsed; a value built in code falls back to defaults.
-            let door = file.front_door().unwrap_or(crate::config::FrontDoor {
-                header_timeout: api::DEFAULT_HEADER_TIMEOUT,
-                body_timeout: api::DEFAULT_BODY_TIMEOUT,
-                max_connections: api::DEFAULT_MAX_CONNECTIONS,
-            });
+            let door = file.front_door().unwrap_or_default();
             Limits {
                 body: file.body_limit.map_or(api::DEFAULT_BODY_LIMIT, |b| b.0),
                 metrics_public: file.metrics_public,

@@ -264,11 +264,18 @@ struct Io {
     reset: Arc<AtomicBool>,
 }
 
-fn reset_error() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::ConnectionReset,
-        "reset by the sink's script",
-    )
+impl Io {
+    /// Fails once the script asked for a reset.
+    fn switched(&self) -> std::io::Result<()> {
+        if self.reset.load(Ordering::SeqCst) {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "reset by the sink's script",
+            ))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl AsyncRead for Io {
@@ -281,37 +288,19 @@ impl AsyncRead for Io {
     }
 }
 
+/// Writes fail once switched (vectored writes fall back to `poll_write`, so they do too).
 impl AsyncWrite for Io {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.reset.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(reset_error()));
-        }
+        self.switched()?;
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        if self.reset.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(reset_error()));
-        }
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.reset.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(reset_error()));
-        }
+        self.switched()?;
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 
