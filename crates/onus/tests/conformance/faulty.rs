@@ -20,8 +20,9 @@ pub struct Faults {
     pub refuse_finish_of: Mutex<HashSet<JobId>>,
     /// How many finish batches were refused so.
     pub refused: AtomicU32,
-    /// Completing any of these jobs times out, as if the database were too busy for it.
-    pub time_out_completing: Mutex<HashSet<JobId>>,
+    /// Completing any of these attempts (job, attempt) times out, as if the database were too
+    /// busy for it.
+    pub time_out_completing: Mutex<HashSet<(JobId, u32)>>,
     /// Every call hangs.
     pub hang_all: AtomicBool,
     /// The ids passed to each bulk retry and cancel (`None`: no id list, the whole filter).
@@ -113,7 +114,8 @@ impl Store for Faulty {
         let timed_out = {
             let t = self.faults.time_out_completing.lock().unwrap();
             batch.iter().any(|f| {
-                t.contains(&f.id) && matches!(f.transition, onus::outcome::Transition::Complete)
+                t.contains(&(f.id, f.attempt))
+                    && matches!(f.transition, onus::outcome::Transition::Complete)
             })
         };
         if timed_out {

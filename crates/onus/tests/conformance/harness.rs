@@ -111,12 +111,22 @@ pub fn fast_options() -> Options {
 }
 
 /// Waits until `f` returns true, failing the test with `what` after the deadline.
-pub async fn wait_until<F, Fut>(what: &str, mut f: F)
+pub async fn wait_until<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    wait_until_within(what, DEADLINE, f).await
+}
+
+/// [`wait_until`] with its own deadline, for waits on many processes' work (a test binary built
+/// for debugging, on a shared machine, drains a few hundred jobs a second there).
+pub async fn wait_until_within<F, Fut>(what: &str, within: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
     while !f().await {
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -10,7 +10,7 @@ use onus::{
 use onus_testkit::PgCluster;
 use serde_json::json;
 
-use crate::harness::{wait_until, Backend, Env};
+use crate::harness::{wait_until, wait_until_within, Backend, Env};
 
 async fn sql(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
@@ -112,9 +112,11 @@ async fn three_processes_one_killed_every_job_completes_and_none_runs_twice_at_o
         .await
         .unwrap()
         .get(0);
-    wait_until("all 5,000 jobs completed", || async {
-        env.count(JobState::Completed).await == 5000
-    })
+    wait_until_within(
+        "all 5,000 jobs completed",
+        Duration::from_secs(90),
+        || async { env.count(JobState::Completed).await == 5000 },
+    )
     .await;
     for c in children.iter_mut() {
         let _ = c.start_kill();
