@@ -36,6 +36,10 @@ pub struct FileConfig {
     /// For fault drills only: this process's clock runs this far off the machine's (`"30s"`
     /// ahead, `"-30s"` behind), as a machine whose clock drifted would.
     pub clock_offset: Option<String>,
+    /// How long a claim on a job lasts without renewal (`"30s"`): a process that dies is noticed
+    /// this long after, and its attempts counted lost. Heartbeats renew it every fifteenth of it
+    /// and rescues look every sixth.
+    pub lease_ttl: Option<String>,
     /// Serve `/metrics` without a token.
     #[serde(default)]
     pub metrics_public: bool,
@@ -543,6 +547,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     cfg.retention.durations()?;
     cfg.front_door()?;
     cfg.clock_offset()?;
+    cfg.leases(onus::Options::default())?;
     cfg.panel.base()?;
     cfg.webhooks.resolve()?;
     cfg.http.resolve()?;
@@ -574,6 +579,33 @@ impl Default for FrontDoor {
 }
 
 impl FileConfig {
+    /// `options` with `lease_ttl` applied, and the heartbeat and rescue intervals that go with it
+    /// (a fifteenth and a sixth of it: 2 s and 5 s for the default 30 s).
+    pub fn leases(&self, options: onus::Options) -> Result<onus::Options, ConfigError> {
+        let Some(v) = &self.lease_ttl else {
+            return Ok(options);
+        };
+        let ttl = match humantime::parse_duration(v) {
+            Ok(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(3600) => d,
+            Ok(_) => {
+                return Err(ConfigError(format!(
+                    "lease_ttl = {v:?}: give a duration from \"1s\" to \"1h\""
+                )))
+            }
+            Err(e) => {
+                return Err(ConfigError(format!(
+                    "lease_ttl = {v:?} is not a duration ({e}); write it like \"30s\""
+                )))
+            }
+        };
+        Ok(onus::Options {
+            lease_ttl: ttl,
+            heartbeat_interval: ttl / 15,
+            rescue_interval: ttl / 6,
+            ..options
+        })
+    }
+
     /// `clock_offset`, checked: at most a day either way.
     pub fn clock_offset(&self) -> Result<Option<chrono::TimeDelta>, ConfigError> {
         let Some(v) = &self.clock_offset else {
@@ -823,6 +855,8 @@ mod tests {
             ("header_timeout = \"0s\"\n", "from \"1ms\" to \"1h\""),
             ("body_timeout = \"fast\"\n", "not a duration"),
             ("max_connections = 0\n", "at least 1 connection"),
+            ("lease_ttl = \"500ms\"\n", "from \"1s\" to \"1h\""),
+            ("lease_ttl = \"long\"\n", "write it like \"30s\""),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.0.contains(says), "{text}: {e}");
@@ -835,5 +869,20 @@ mod tests {
             (d.header_timeout, d.body_timeout, d.max_connections),
             (Duration::from_secs(2), Duration::from_secs(30), 9)
         );
+        let o = parse("lease_ttl = \"3s\"\n")
+            .unwrap()
+            .leases(onus::Options::default())
+            .unwrap();
+        assert_eq!(
+            (o.lease_ttl, o.heartbeat_interval, o.rescue_interval),
+            (
+                Duration::from_secs(3),
+                Duration::from_millis(200),
+                Duration::from_millis(500)
+            )
+        );
+        assert!(o.validate().is_ok());
+        let o = parse("").unwrap().leases(onus::Options::default()).unwrap();
+        assert_eq!(o.lease_ttl, onus::Options::default().lease_ttl);
     }
 }

@@ -131,9 +131,12 @@ pub fn runtime_with(
         }
     }
     let retention = file.retention.durations().map_err(|e| e.to_string())?;
+    let options = file
+        .leases(onus::Options::default())
+        .map_err(|e| e.to_string())?;
     b = b.options(onus::Options {
         retention,
-        ..onus::Options::default()
+        ..options
     });
     let onus = customize(b)
         .build()

@@ -117,6 +117,11 @@ impl Client {
                 MAX_CLAIM_WAIT.as_secs()
             )));
         }
+        // A lease written with a clock far off the database's would be misread by every other
+        // process (one running behind writes leases that look expired at once).
+        if !super::skew::Skew::within_bound(&self.shared) {
+            return Err(off_clock(&self.shared));
+        }
         // Kinds sharing a timeout are claimed in one statement (priority and due time decide
         // among them); each group is leased for its timeout.
         let mut groups: std::collections::BTreeMap<Duration, Vec<String>> = Default::default();
@@ -189,6 +194,9 @@ impl Client {
 
     /// Renews the lease on a job an outside worker runs, for its kind's timeout from now.
     pub async fn heartbeat_lease(&self, id: JobId, token: &str) -> Result<Beat, Error> {
+        if !super::skew::Skew::within_bound(&self.shared) {
+            return Err(off_clock(&self.shared));
+        }
         let (job, lease) = self.leased(id, token).await?;
         let timeout = self.pull_kind(&job.kind)?.policy.timeout;
         let until = add(self.now(), timeout);
@@ -235,4 +243,12 @@ impl Client {
         self.shared.hub.wake(&job.queue);
         self.get(id).await
     }
+}
+
+/// The refusal of a process whose clock is off the database's by more than the bound.
+fn off_clock(shared: &super::Shared) -> Error {
+    Error::Store(StoreError::Unavailable(format!(
+        "this server's clock is off the database's by more than {}, so the leases it writes would be misread; it hands out and renews no leases until its clock is in sync (NTP): use another server meanwhile",
+        crate::policy::human(super::skew::Skew::rescue_bound(shared))
+    )))
 }

@@ -563,6 +563,7 @@ pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
         .clock(onus::OffsetClock::new(chrono::TimeDelta::seconds(5)))
         .options(options())
         .kind(hangs_first(&gauge))
+        .kind(Kind::new("pulled"))
         .build()
         .unwrap();
     let id = insert_id(&a.client(), NewJob::new("long", json!({}))).await;
@@ -581,6 +582,16 @@ pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
         (offset + chrono::TimeDelta::seconds(5)).abs() < chrono::TimeDelta::seconds(1),
         "{offset}"
     );
+    // Nor does it lease jobs to outside workers: its leases would be misread.
+    let pulled = insert_id(&b.client(), NewJob::new("pulled", json!({}))).await;
+    let refused = b
+        .client()
+        .claim_for_worker("default", &["pulled".to_string()], 1, Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.fault(), onus::Fault::Service, "{refused}");
+    assert!(refused.to_string().contains("clock"), "{refused}");
+    assert_eq!(env.job(pulled).await.state, JobState::Available);
     // Several of b's rescue passes go by while a renews its lease.
     for _ in 0..3 {
         let seen = env.job(id).await.lease_expires_at;
