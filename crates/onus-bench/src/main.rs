@@ -19,6 +19,8 @@
 //! `onus-bench panel` times the tasks panel's pages at 10k, 100k and 1M jobs on both backends;
 //! `onus-bench backlog` measures claims as the backlog grows, `onus-bench fanout` webhook delivery
 //! with and without a dead endpoint, and `onus-bench memory` a server's peak memory under load.
+//! `onus-bench soak --minutes N` runs real `onus serve` processes under faults and checks the
+//! invariants (`onus_bench::soak`).
 
 mod api;
 mod backlog;
@@ -50,6 +52,12 @@ Usage:
   onus-bench memory          a server's peak memory under each load
   onus-bench api             inserts through the HTTP API, and pull workers
   onus-bench panel           the tasks panel's pages at 10k, 100k and 1M jobs
+  onus-bench soak            `onus serve` processes on PostgreSQL and SQLite under faults
+                             (SIGKILLs, a PostgreSQL restart, dropped connections, a skewed
+                             clock, a chaos sink), then every invariant with its count
+                             [--minutes N] [--seconds N] [--seed S] [--dir D]; runs the onus
+                             binary beside this one (cargo build --release -p onus-server) or
+                             ONUS_BIN
   onus-bench --help          this text
 ";
 
@@ -66,6 +74,7 @@ fn main() -> ExitCode {
         Some("backlog") => return backlog::main(),
         Some("fanout") => return fanout::main(),
         Some("memory") => return memory::main(),
+        Some("soak") => return soak(),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -77,4 +86,71 @@ fn main() -> ExitCode {
         _ => {}
     }
     contract::main()
+}
+
+/// `onus-bench soak`.
+fn soak() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let parsed = (|| -> Result<onus_bench::soak::Settings, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let onus = match std::env::var_os("ONUS_BIN") {
+            Some(p) => std::path::PathBuf::from(p),
+            None => exe.with_file_name("onus"),
+        };
+        if !onus.is_file() {
+            return Err(format!(
+                "the soak runs the onus binary, and {} is not there: build it with `cargo build --release -p onus-server`, or set ONUS_BIN",
+                onus.display()
+            ));
+        }
+        let mut s = onus_bench::soak::Settings::new(onus, std::time::Duration::from_secs(30 * 60));
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = || {
+                value
+                    .parse::<u64>()
+                    .map_err(|_| format!("{flag} {value:?}: give a whole number"))
+            };
+            match flag.as_str() {
+                "--minutes" => s.faults_for = std::time::Duration::from_secs(number()? * 60),
+                "--seconds" => s.faults_for = std::time::Duration::from_secs(number()?),
+                "--seed" => s.seed = number()?,
+                "--dir" => s.dir = Some(value.into()),
+                other => return Err(format!("unknown flag {other}; see onus-bench --help")),
+            }
+        }
+        if s.faults_for < std::time::Duration::from_secs(10) {
+            return Err("the soak needs at least 10 seconds of faults".into());
+        }
+        Ok(s)
+    })();
+    let settings = match parsed {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("onus-bench soak: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("onus-bench soak: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(onus_bench::soak::run(settings)) {
+        Ok(report) => {
+            print!("{}", report.text());
+            if report.held() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("onus-bench soak: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -281,6 +281,9 @@ impl Server {
         listener: tokio::net::TcpListener,
     ) -> Result<Self, String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        // The counters before the first attempt: one that ran while the routes were built would
+        // count its request nowhere (the amplification invariant would then miss a request).
+        api::metrics::handle();
         let running = parts.onus.start();
         let panel = crate::panel::router(parts.panel(app.clone()));
         let router = api::app_with(app.clone(), panel).layer(

@@ -31,6 +31,10 @@ pub struct Received {
     pub in_flight: usize,
     /// How many requests to this path (without its query) were in flight, this one included.
     pub in_flight_path: usize,
+    /// How many requests to this path with this `webhook-id` (the same webhook delivery or push
+    /// job; the path alone without one) were in flight, this one included: above 1, one job's
+    /// attempts overlapped.
+    pub in_flight_same: usize,
     /// When the sink received it.
     pub at: std::time::Instant,
 }
@@ -114,6 +118,8 @@ struct Inner {
     max_in_flight: AtomicUsize,
     /// Per path: (in flight now, most ever in flight at once).
     paths: Mutex<HashMap<String, (usize, usize)>>,
+    /// Per path and `webhook-id`: in flight now.
+    same: Mutex<HashMap<String, usize>>,
 }
 
 /// Counts a request to one path in flight until dropped (also when the client goes away and the
@@ -121,19 +127,39 @@ struct Inner {
 struct InFlight<'a> {
     inner: &'a Inner,
     path: String,
+    same: String,
+}
+
+/// Counts of requests in flight when one arrived: at the sink, at its path, at its path with its
+/// `webhook-id`.
+struct Counts {
+    all: usize,
+    path: usize,
+    same: usize,
 }
 
 impl InFlight<'_> {
-    fn enter(inner: &Inner, path: String) -> (InFlight<'_>, usize, usize) {
-        let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    fn enter<'a>(inner: &'a Inner, path: String, id: Option<&str>) -> (InFlight<'a>, Counts) {
+        let all = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max_in_flight.fetch_max(all, Ordering::SeqCst);
         let mut paths = inner.paths.lock().unwrap_or_else(|e| e.into_inner());
         let e = paths.entry(path.clone()).or_default();
         e.0 += 1;
         e.1 = e.1.max(e.0);
         let here = e.0;
         drop(paths);
-        (InFlight { inner, path }, now, here)
+        let same = format!("{path} {}", id.unwrap_or_default());
+        let mut m = inner.same.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(same.clone()).or_default();
+        *n += 1;
+        let same_now = *n;
+        drop(m);
+        let counts = Counts {
+            all,
+            path: here,
+            same: same_now,
+        };
+        (InFlight { inner, path, same }, counts)
     }
 }
 
@@ -143,6 +169,14 @@ impl Drop for InFlight<'_> {
         let mut paths = self.inner.paths.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = paths.get_mut(&self.path) {
             e.0 -= 1;
+        }
+        drop(paths);
+        let mut m = self.inner.same.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.same) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.same);
+            }
         }
     }
 }
@@ -171,7 +205,8 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let path = uri.path().to_string();
-    let (_counted, now, here) = InFlight::enter(&inner, path);
+    let id = headers.get("webhook-id").and_then(|v| v.to_str().ok());
+    let (_counted, counts) = InFlight::enter(&inner, path, id);
     let rec = Received {
         method: method.to_string(),
         path: uri
@@ -183,8 +218,9 @@ async fn handle(
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect(),
         body: body.to_vec(),
-        in_flight: now,
-        in_flight_path: here,
+        in_flight: counts.all,
+        in_flight_path: counts.path,
+        in_flight_same: counts.same,
         at: std::time::Instant::now(),
     };
     let n = {
@@ -329,6 +365,7 @@ impl HttpSink {
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             paths: Mutex::default(),
+            same: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr)
             .await

@@ -112,8 +112,14 @@ async fn concurrency_is_counted_per_path() {
         .await;
     let http = reqwest::Client::new();
     let mut calls = Vec::new();
-    for path in ["/a", "/a", "/a", "/b"] {
-        let req = http.post(sink.url(path)).body("x");
+    // Two of the three requests to /a carry one webhook-id: one job's attempts overlapping.
+    for (path, id) in [
+        ("/a", "msg_1"),
+        ("/a", "msg_2"),
+        ("/a", "msg_1"),
+        ("/b", "msg_1"),
+    ] {
+        let req = http.post(sink.url(path)).header("webhook-id", id).body("x");
         calls.push(tokio::spawn(async move { req.send().await }));
     }
     until("four requests in", || sink.count() == 4).await;
@@ -128,6 +134,18 @@ async fn concurrency_is_counted_per_path() {
         .map(|r| r.in_flight_path)
         .max();
     assert_eq!(last_a, Some(3));
+    let same: Vec<(String, usize)> = sink
+        .received()
+        .into_iter()
+        .map(|r| {
+            let id = r.header("webhook-id").unwrap_or_default().to_string();
+            (format!("{} {id}", r.path), r.in_flight_same)
+        })
+        .collect();
+    let most = |key: &str| same.iter().filter(|(k, _)| k == key).map(|(_, n)| *n).max();
+    assert_eq!(most("/a msg_1"), Some(2), "{same:?}");
+    assert_eq!(most("/a msg_2"), Some(1), "{same:?}");
+    assert_eq!(most("/b msg_1"), Some(1), "{same:?}");
     for c in calls {
         c.abort();
     }

@@ -203,7 +203,8 @@ impl Client {
         let shared = &self.shared;
         let mut take = vec![false; rows.len()];
         let mut doors: std::collections::HashMap<String, Offer> = std::collections::HashMap::new();
-        if super::skew::Skew::within_bound(shared) {
+        // Not before this process has read its clock against the database's.
+        if shared.skew.tried() && super::skew::Skew::within_bound(shared) {
             for (i, r) in rows.iter().enumerate() {
                 if r.state != JobState::Available || r.unique_key.is_some() || !shared.runs(&r.kind)
                 {

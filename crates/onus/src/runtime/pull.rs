@@ -119,7 +119,7 @@ impl Client {
         }
         // A lease written with a clock far off the database's would be misread by every other
         // process (one running behind writes leases that look expired at once).
-        if !super::skew::Skew::within_bound(&self.shared) {
+        if !super::skew::Skew::within_bound_now(&self.shared).await {
             return Err(off_clock(&self.shared));
         }
         // Kinds sharing a timeout are claimed in one statement (priority and due time decide
@@ -194,7 +194,7 @@ impl Client {
 
     /// Renews the lease on a job an outside worker runs, for its kind's timeout from now.
     pub async fn heartbeat_lease(&self, id: JobId, token: &str) -> Result<Beat, Error> {
-        if !super::skew::Skew::within_bound(&self.shared) {
+        if !super::skew::Skew::within_bound_now(&self.shared).await {
             return Err(off_clock(&self.shared));
         }
         let (job, lease) = self.leased(id, token).await?;

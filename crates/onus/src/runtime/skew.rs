@@ -69,6 +69,20 @@ impl Skew {
         let _ = self.tried.subscribe().wait_for(|t| *t).await;
     }
 
+    /// Whether the first measurement was tried.
+    pub(crate) fn tried(&self) -> bool {
+        *self.tried.borrow()
+    }
+
+    /// [`Skew::within_bound`], measuring first when no measurement was tried yet (a runtime
+    /// that has not started its workers, or a call that came before their first reading).
+    pub(crate) async fn within_bound_now(shared: &Shared) -> bool {
+        if !shared.skew.tried() {
+            Self::measure(shared).await;
+        }
+        Self::within_bound(shared)
+    }
+
     pub(crate) fn latest(&self) -> Option<Reading> {
         *self.latest.lock().unwrap_or_else(|e| e.into_inner())
     }
