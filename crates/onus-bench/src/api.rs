@@ -76,20 +76,10 @@ pub(crate) async fn post(
     path: &str,
     body: &Value,
 ) -> Result<Value, String> {
-    let r = http
-        .post(format!("{base}/api/v1{path}"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = r.status();
-    let text = r.text().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{path}: {status} {text}"));
+    match onus_bench::post_api(http, base, token, path, body).await? {
+        (200..=299, v) => Ok(v),
+        (status, v) => Err(format!("{path}: {status} {v}")),
     }
-    serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
 /// Jobs per second through `POST /jobs`, one job per request.

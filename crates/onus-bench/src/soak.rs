@@ -149,6 +149,8 @@ const PULL: &str = "soak.pull";
 const PUSH: &str = "soak.push";
 /// The pull kind's lease (its timeout).
 const PULL_LEASE: Duration = Duration::from_secs(3);
+/// How much of a pull lease may have passed before the soak saw the claim's answer.
+const LEASE_SLACK: Duration = Duration::from_secs(1);
 
 /// Runs the soak and reports; an error means the scenario itself could not run (a process that
 /// would not start, PostgreSQL missing), not a broken invariant.
@@ -407,6 +409,7 @@ fn config(d: &Deployment, sink: &HttpSink, skewed: bool) -> String {
         "[queues]\ndefault = 8\n\
          [webhooks]\ntimeout = \"1s\"\ncooldown = \"1s\"\nallow_networks = [\"127.0.0.1/32\"]\n\
          [http]\ntimeout = \"1s\"\nallow_networks = [\"127.0.0.1/32\"]\n\
+         [kinds.\"webhook.fanout\".policy]\n{deliver}\
          [kinds.\"webhook.deliver\".policy]\n{deliver}\
          [kinds.\"http.request\".policy]\n{http}\
          [kinds.\"{PUSH}\"]\nurl = \"{push}\"\ntimeout = \"1s\"\n\
@@ -470,7 +473,6 @@ struct PullBook {
     /// Jobs handed out while an earlier claim of them was still leased and unanswered.
     twice: Vec<String>,
     claims: u64,
-    acked: HashSet<(usize, i64)>,
 }
 
 struct World {
@@ -509,9 +511,12 @@ impl World {
         (!up.is_empty()).then(|| up[rng.gen_range(0..up.len())].clone())
     }
 
-    /// Starts process `i` and waits until it answers `/healthz`.
+    /// Starts process `i` and waits until it answers `/healthz`. A process that exits at start
+    /// (its database is restarting, or its port was taken meanwhile) is started again, for up to
+    /// a minute in all.
     async fn start(&self, i: usize) -> Result<(), String> {
-        for _ in 0..5 {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
             let (config, log, name, mut port) = {
                 let p = self.procs[i].locked();
                 (p.config.clone(), p.log.clone(), p.name.clone(), p.port)
@@ -538,10 +543,10 @@ impl World {
                 .kill_on_drop(true)
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", self.onus.display()))?;
+            let logged = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
             let base = format!("http://127.0.0.1:{port}");
-            let deadline = Instant::now() + Duration::from_secs(60);
             let mut exited = false;
-            while Instant::now() < deadline {
+            while Instant::now() < until {
                 if let Ok(Some(_)) = child.try_wait() {
                     exited = true;
                     break;
@@ -570,12 +575,17 @@ impl World {
                     log.display()
                 ));
             }
-            // Most likely its port was taken meanwhile: another one.
-            self.procs[i].locked().port = 0;
+            let said = std::fs::read(&log)
+                .map(|b| String::from_utf8_lossy(&b[(logged as usize).min(b.len())..]).into_owned())
+                .unwrap_or_default();
+            if said.contains("cannot listen") {
+                self.procs[i].locked().port = 0; // taken meanwhile: another one
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let log = self.procs[i].locked().log.clone();
         Err(format!(
-            "process {i} exited at every start; see {}",
+            "process {i} did not stay up within 60 s; see {}",
             log.display()
         ))
     }
@@ -594,19 +604,7 @@ impl World {
     }
 
     async fn post(&self, base: &str, path: &str, body: &Value) -> Result<(u16, Value), String> {
-        let r = self
-            .http
-            .post(format!("{base}/api/v1{path}"))
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap_or_default();
-        let v = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Ok((status, v))
+        crate::post_api(&self.http, base, TOKEN, path, body).await
     }
 
     async fn make_endpoints(&self, d: usize, sink: &HttpSink) -> Result<(), String> {
@@ -751,21 +749,22 @@ impl World {
             for j in jobs {
                 let id = j["id"].as_i64().unwrap_or_default();
                 let token = j["lease_token"].as_str().unwrap_or_default().to_string();
+                let claimed = Instant::now();
                 {
                     let mut book = self.pull.locked();
                     book.claims += 1;
                     if let Some((at, answered)) = book.held.get(&(d, id)) {
                         let since = at.elapsed();
-                        if !answered && since + Duration::from_millis(500) < PULL_LEASE {
+                        if !answered && since + LEASE_SLACK < PULL_LEASE {
                             let line = format!(
-                                "{} job {id} claimed again {} ms after an unanswered claim",
+                                "{} job {id} handed out again {} ms after an unanswered claim",
                                 self.deps[d].name,
                                 since.as_millis()
                             );
                             book.twice.push(line);
                         }
                     }
-                    book.held.insert((d, id), (Instant::now(), false));
+                    book.held.insert((d, id), (claimed, false));
                 }
                 let roll = rng.gen_range(0..100);
                 let (path, body) = match roll {
@@ -784,20 +783,20 @@ impl World {
                         continue;
                     }
                 };
+                // Answered once sent: whether or not the reply comes back, the lease may be over.
+                self.pull.locked().held.insert((d, id), (claimed, true));
                 match self.post(&base, &format!("/jobs/{id}/{path}"), &body).await {
-                    Ok((200, _)) => {
-                        let mut book = self.pull.locked();
-                        book.held.insert((d, id), (Instant::now(), true));
-                        if path == "complete" {
-                            book.acked.insert((d, id));
+                    Ok((200, _)) => self.tally.add(&format!("pull answers: {path}"), 1),
+                    Ok((409, v)) => {
+                        let since = claimed.elapsed();
+                        if since + LEASE_SLACK < PULL_LEASE {
+                            // Nobody may take a job whose lease is current.
+                            self.pull.locked().twice.push(format!(
+                                "{} job {id}: answer refused as stale {} ms after its claim: {v}",
+                                self.deps[d].name,
+                                since.as_millis()
+                            ));
                         }
-                        self.tally.add(&format!("pull answers: {path}"), 1);
-                    }
-                    Ok((409, _)) => {
-                        self.pull
-                            .locked()
-                            .held
-                            .insert((d, id), (Instant::now(), true));
                         self.tally.add("pull answers refused as stale (409)", 1);
                     }
                     _ => self.tally.add("API calls failed (faults)", 1),
@@ -850,7 +849,7 @@ impl World {
                     &[],
                 )
                 .await
-                .map(|rows| rows.len() as u64)
+                .map(|rows| rows.iter().filter(|r| r.get::<_, bool>(0)).count() as u64)
                 .unwrap_or(0);
             self.tally.add("database connections terminated", n);
             drop(client);
@@ -920,12 +919,12 @@ impl Counters {
             let v: f64 = value.parse().unwrap_or(0.0);
             let metric = name.split('{').next().unwrap_or_default();
             match metric {
-                "onus_outbound_requests_total" => c.requests += v,
-                "onus_outbound_attempts_total" if name.contains("sent=\"true\"") => {
+                onus_http::metrics::REQUESTS => c.requests += v,
+                onus_http::metrics::ATTEMPTS if name.contains("sent=\"true\"") => {
                     c.attempts_sent += v
                 }
-                "onus_outbound_retry_after_snoozes_total" => c.retry_after += v,
-                "onus_attempts_total" => c.attempts += v,
+                onus_http::metrics::RETRY_AFTER_SNOOZES => c.retry_after += v,
+                onus::runtime::metrics::ATTEMPTS => c.attempts += v,
                 _ => {}
             }
         }
@@ -983,12 +982,42 @@ fn check(
             }
         }
     }
+    // Every event has a delivery to every endpoint of its tenant (those never answer 410, so
+    // they stay enabled).
+    let delivered: HashSet<(usize, String, String)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(d, v)| {
+            v.iter()
+                .filter(|j| j.kind == "webhook.deliver")
+                .map(move |j| {
+                    let ev = j.args["event_id"].as_str().unwrap_or_default().to_string();
+                    let ep = j.args["endpoint_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    (d, ev, ep)
+                })
+        })
+        .collect();
     for (d, id) in &acked_events {
+        let dep = &world.deps[*d];
         if !fanned[*d].contains(id) {
             lost.push(format!(
                 "{} event {id} acknowledged, never fanned out",
-                world.deps[*d].name
+                dep.name
             ));
+        }
+        let tenant = id.split('_').nth(2).unwrap_or_default();
+        let endpoints = dep.endpoints();
+        for (ep, path) in dep.ids.locked().iter() {
+            let ours = endpoints.get(path).is_some_and(|(t, _)| t == tenant);
+            if ours
+                && path.starts_with("/hook/")
+                && !delivered.contains(&(*d, id.clone(), ep.clone()))
+            {
+                lost.push(format!("{} event {id}: no delivery to {path}", dep.name));
+            }
         }
     }
     r.invariants.push(Invariant {
@@ -1009,7 +1038,11 @@ fn check(
             match j.state {
                 JobState::Completed | JobState::Cancelled => {}
                 JobState::Discarded => {
-                    if j.errors.last().is_none_or(|e| e.message.trim().is_empty()) {
+                    let said = j
+                        .errors
+                        .last()
+                        .is_some_and(|e| !e.message.trim().is_empty());
+                    if j.discard_reason.is_none() || !said {
                         unexplained.push(format!(
                             "{} job {} discarded without a reason",
                             world.deps[d].name, j.id
@@ -1118,13 +1151,17 @@ fn check(
     // Per delivery: the requests to one endpoint with one event's id.
     let ep_paths = endpoint_paths(world);
     for ((d, ev, ep), bound) in &delivery_bound {
-        if let Some(path) = ep_paths.get(&(*d, ep.clone())) {
-            let n = requests.get(&format!("{path} {ev}")).copied().unwrap_or(0);
-            if n > *bound {
-                over.push(format!(
-                    "delivery of {ev} to {path}: {n} requests, bound {bound}"
-                ));
-            }
+        let Some(path) = ep_paths.get(&(*d, ep.clone())) else {
+            over.push(format!(
+                "delivery of {ev} to an endpoint the soak never made: {ep}"
+            ));
+            continue;
+        };
+        let n = requests.get(&format!("{path} {ev}")).copied().unwrap_or(0);
+        if n > *bound {
+            over.push(format!(
+                "delivery of {ev} to {path}: {n} requests, bound {bound}"
+            ));
         }
     }
     r.invariants.push(Invariant {
@@ -1161,6 +1198,12 @@ fn check(
         let id = q.header("webhook-id").unwrap_or_default();
         let body: Value = serde_json::from_slice(&q.body).unwrap_or(Value::Null);
         let event_tenant = id.split('_').nth(2).unwrap_or_default();
+        let seq = id.rsplit('_').next().and_then(|n| n.parse::<u64>().ok());
+        if seq.is_none() || body["seq"].as_u64() != seq {
+            unsigned.push(format!(
+                "{path}: webhook-id {id:?} is not the id of the body's event"
+            ));
+        }
         if event_tenant != tenant || body["tenant"].as_str() != Some(tenant.as_str()) {
             crossed.push(format!(
                 "{path} (tenant {tenant}) got {id} of tenant {event_tenant}"
@@ -1211,8 +1254,20 @@ fn check(
         violations: overlapped,
     });
 
-    // 7. The skewed process took no lease: it ran no attempt and sent nothing.
+    // 7. The skewed process took no lease: it ran no attempt, sent nothing, and its log (of its
+    // whole life: it is never killed) shows no rescue.
     let mut stole = Vec::new();
+    for p in &world.procs {
+        let p = p.locked();
+        if p.skewed {
+            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            stole.extend(
+                log.lines()
+                    .filter(|l| l.contains("rescuing a job"))
+                    .map(|l| format!("{} rescued: {l}", p.name)),
+            );
+        }
+    }
     let mut skewed = 0;
     for (name, is_skewed, c) in metrics {
         if *is_skewed {

@@ -70,6 +70,25 @@ pub struct Sent {
     pub attempted: bool,
     /// The guard's refusal, when the destination was refused.
     pub blocked: Option<Blocked>,
+    /// A request went out and its attempt is not counted yet (see [`HttpClient::record`]).
+    unrecorded: Option<Arc<Unrecorded>>,
+}
+
+/// An attempt whose request went out, counted when [`HttpClient::record`] sees it, or else when
+/// the last copy of its [`Sent`] is dropped: the job layer aborted the attempt (its lease was
+/// lost) between the request and the record, and the request still belongs to an attempt.
+#[derive(Debug)]
+struct Unrecorded {
+    labels: Arc<Labels>,
+    recorded: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Unrecorded {
+    fn drop(&mut self) {
+        if !*self.recorded.get_mut() {
+            count_attempt(&self.labels, true);
+        }
+    }
 }
 
 /// The client cannot be set up from its configuration.
@@ -121,6 +140,11 @@ pub struct HttpClient {
     guard: Arc<Guard>,
     timeout: Duration,
     labels: Arc<Labels>,
+}
+
+fn count_attempt(l: &Labels, sent: bool) {
+    metrics::counter!(ATTEMPTS, "client" => l.client.clone(), "kind" => l.kind.clone(), "sent" => if sent { "true" } else { "false" })
+        .increment(1);
 }
 
 /// Who sends through a client, for the metrics: the client (`webhooks`, `http`, `push`) and
@@ -181,6 +205,11 @@ impl HttpClient {
     /// sent a request or none. With the requests the client counts itself, this holds the
     /// amplification invariant: requests = attempts that sent one + `Retry-After` snoozes.
     pub fn record(&self, sent: &Sent, result: &onus::JobResult) {
+        if let Some(u) = &sent.unrecorded {
+            if u.recorded.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return; // counted once already
+            }
+        }
         let l = &self.labels;
         let snoozed = matches!(result, Err(onus::JobError::Snooze { reason, .. }) if crate::classify::is_retry_after(reason));
         if sent.attempted && snoozed {
@@ -197,9 +226,7 @@ impl HttpClient {
     }
 
     fn count_attempt(&self, sent: bool) {
-        let l = &self.labels;
-        metrics::counter!(ATTEMPTS, "client" => l.client.clone(), "kind" => l.kind.clone(), "sent" => if sent { "true" } else { "false" })
-            .increment(1);
+        count_attempt(&self.labels, sent);
     }
 
     /// The guard this client applies.
@@ -220,11 +247,15 @@ impl HttpClient {
         snooze_cap: Duration,
         timeout: Duration,
     ) -> Sent {
-        let sent = self.send_inner(req, now, snooze_cap, timeout).await;
+        let mut sent = self.send_inner(req, now, snooze_cap, timeout).await;
         if sent.attempted {
             let l = &self.labels;
             metrics::counter!(REQUESTS, "client" => l.client.clone(), "kind" => l.kind.clone())
                 .increment(1);
+            sent.unrecorded = Some(Arc::new(Unrecorded {
+                labels: self.labels.clone(),
+                recorded: false.into(),
+            }));
         }
         sent
     }
@@ -245,6 +276,7 @@ impl HttpClient {
             error: Some(error),
             attempted: false,
             blocked: None,
+            unrecorded: None,
         };
         let url = match reqwest::Url::parse(&req.url) {
             Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
@@ -310,6 +342,7 @@ impl HttpClient {
                     error: None,
                     attempted: true,
                     blocked: None,
+                    unrecorded: None,
                 }
             }
             Err(e) => {
@@ -327,6 +360,7 @@ impl HttpClient {
                     error: Some(onus::job::clean_message(&msg)),
                     attempted: blocked.is_none() && !e.is_connect(),
                     blocked,
+                    unrecorded: None,
                 }
             }
         }
@@ -340,9 +374,13 @@ impl HttpClient {
         req: &Request,
         timeout: Duration,
     ) -> Result<(u16, String), CallError> {
-        let sent = self
+        let mut sent = self
             .send_with(req, chrono::Utc::now(), Duration::ZERO, timeout)
             .await;
+        if let Some(u) = sent.unrecorded.take() {
+            // A call, not a job's attempt.
+            u.recorded.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         match sent.class {
             Class::Success => Ok((sent.status.unwrap_or(200), sent.excerpt)),
             Class::Snooze { reason, .. } => Err(CallError::Unavailable(reason)),
@@ -393,4 +431,52 @@ async fn excerpt(resp: reqwest::Response) -> String {
     }
     buf.truncate(EXCERPT_BYTES);
     onus::job::clean_message(&String::from_utf8_lossy(&buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Sent` as a request that went out leaves it, before the attempt is recorded.
+    fn went_out(client: &HttpClient) -> Sent {
+        Sent {
+            class: Class::Success,
+            status: Some(200),
+            excerpt: String::new(),
+            duration: Duration::ZERO,
+            error: None,
+            attempted: true,
+            blocked: None,
+            unrecorded: Some(Arc::new(Unrecorded {
+                labels: client.labels.clone(),
+                recorded: false.into(),
+            })),
+        }
+    }
+
+    #[test]
+    fn an_attempt_is_counted_once_recorded_twice_or_aborted_before_its_record() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let client = HttpClient::new(&HttpConfig::default()).expect("a client");
+        let twice = client.labelled("webhooks", "twice");
+        let aborted = client.labelled("webhooks", "aborted");
+        metrics::with_local_recorder(&recorder, || {
+            // Recorded through two copies (the delivery keeps one for its record): once.
+            let sent = went_out(&twice);
+            let copy = sent.clone();
+            twice.record(&sent, &Ok(()));
+            twice.record(&copy, &Ok(()));
+            drop((sent, copy));
+            // Its attempt aborted (the lease was lost) after the request: counted at the drop.
+            drop(went_out(&aborted));
+        });
+        let text = handle.render();
+        for kind in ["twice", "aborted"] {
+            let line = format!(
+                r#"onus_outbound_attempts_total{{client="webhooks",kind="{kind}",sent="true"}} 1"#
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+    }
 }

@@ -21,4 +21,9 @@ pub use client::{
     CallError, HttpClient, HttpConfig, Request, Sent, SetupError, EXCERPT_BYTES, USER_AGENT,
 };
 pub use guard::{Blocked, Guard};
+
+/// The names of the outbound counters (see [`HttpClient::record`]).
+pub mod metrics {
+    pub use crate::client::{ATTEMPTS, REQUESTS, RETRY_AFTER_SNOOZES};
+}
 pub use request::HttpRequestArgs;
