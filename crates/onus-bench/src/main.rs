@@ -132,25 +132,16 @@ fn soak() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("onus-bench soak: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(onus_bench::soak::run(settings)) {
-        Ok(report) => {
+    api::exit_with(
+        "soak",
+        api::block_on(async {
+            let report = onus_bench::soak::run(settings).await?;
             print!("{}", report.text());
             if report.held() {
-                ExitCode::SUCCESS
+                Ok(())
             } else {
-                ExitCode::FAILURE
+                Err("an invariant broke (FAIL above)".into())
             }
-        }
-        Err(e) => {
-            eprintln!("onus-bench soak: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        }),
+    )
 }

@@ -866,10 +866,12 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-const OPEN: [JobState; 4] = [
+/// Every state a job has not ended in.
+const OPEN: [JobState; 5] = [
     JobState::Available,
     JobState::Scheduled,
     JobState::Retryable,
+    JobState::Snoozed,
     JobState::Running,
 ];
 
@@ -1104,6 +1106,8 @@ fn check(
     }
     let mut over = Vec::new();
     let mut outbound_jobs = 0u64;
+    // Several jobs may aim at one key: an insert whose answer was lost is sent again with its
+    // unique key, which makes a second job when the first has already ended. Their bounds add up.
     let mut keyed: HashMap<String, (u64, String)> = HashMap::new();
     for (d, v) in jobs.iter().enumerate() {
         let dep = &world.deps[d];
@@ -1120,10 +1124,11 @@ fn check(
             if let Some(key) = key {
                 outbound_jobs += 1;
                 let bound = u64::from(j.attempt) + retry_after_snoozes(j);
-                keyed.insert(
-                    key,
-                    (bound, format!("{} job {} ({})", dep.name, j.id, j.kind)),
-                );
+                let e = keyed
+                    .entry(key)
+                    .or_insert((0, format!("{} {}", dep.name, j.kind)));
+                e.0 += bound;
+                e.1.push_str(&format!(" job {}", j.id));
             }
         }
     }
@@ -1139,7 +1144,8 @@ fn check(
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            delivery_bound.insert((d, ev, ep), u64::from(j.attempt) + retry_after_snoozes(j));
+            *delivery_bound.entry((d, ev, ep)).or_default() +=
+                u64::from(j.attempt) + retry_after_snoozes(j);
         }
     }
     for (key, (bound, what)) in &keyed {

@@ -557,6 +557,7 @@ pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
     let a = Onus::builder(env.store.clone())
         .options(options())
         .kind(hangs_first(&gauge))
+        .kind(Kind::new("pulled"))
         .build()
         .unwrap();
     let b = Onus::builder(env.reopen().await)
@@ -592,6 +593,25 @@ pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
     assert_eq!(refused.fault(), onus::Fault::Service, "{refused}");
     assert!(refused.to_string().contains("clock"), "{refused}");
     assert_eq!(env.job(pulled).await.state, JobState::Available);
+    // A lease handed out by a, renewed through a but not through b.
+    let mine = insert_id(&a.client(), NewJob::new("pulled", json!({}))).await;
+    let claimed = a
+        .client()
+        .claim_for_worker("default", &["pulled".to_string()], 2, Duration::ZERO)
+        .await
+        .unwrap();
+    let c = claimed.iter().find(|c| c.job.id == mine).unwrap();
+    let refused = b
+        .client()
+        .heartbeat_lease(mine, &c.lease_token)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.fault(), onus::Fault::Service, "{refused}");
+    assert!(refused.to_string().contains("clock"), "{refused}");
+    a.client()
+        .heartbeat_lease(mine, &c.lease_token)
+        .await
+        .unwrap();
     // Several of b's rescue passes go by while a renews its lease.
     for _ in 0..3 {
         let seen = env.job(id).await.lease_expires_at;
