@@ -129,9 +129,35 @@ pub struct KindConfig {
     pub secret: Option<String>,
     /// The queue jobs of this kind go to by default.
     pub queue: Option<String>,
+    /// The lease key of each job, built from its args (`"customer:{customer_id}"`).
+    pub lease_key: Option<String>,
+    /// How many jobs holding one lease key run at once (default 1).
+    pub slots: Option<u32>,
 }
 
 impl KindConfig {
+    /// `lease_key` and `slots`, checked.
+    pub fn lease(&self, name: &str) -> Result<Option<(onus::KeyTemplate, u32)>, ConfigError> {
+        let section = format!("kinds.\"{name}\"");
+        let Some(text) = &self.lease_key else {
+            if self.slots.is_some() {
+                return Err(ConfigError(format!(
+                    "[{section}] slots needs lease_key = \"...\" (the key the slots are counted by)"
+                )));
+            }
+            return Ok(None);
+        };
+        let t = onus::KeyTemplate::parse(text)
+            .map_err(|e| ConfigError(format!("[{section}] lease_key = {e}")))?;
+        let slots = self.slots.unwrap_or(1);
+        if !(1..=10_000).contains(&slots) {
+            return Err(ConfigError(format!(
+                "[{section}] slots = {slots}: give 1 to 10000"
+            )));
+        }
+        Ok(Some((t, slots)))
+    }
+
     /// Checks the push settings; the error names the setting.
     pub fn check(&self, name: &str) -> Result<(), ConfigError> {
         let section = format!("kinds.\"{name}\"");
@@ -164,6 +190,7 @@ impl KindConfig {
         }
         onus_webhooks::signing::check_headers(&self.headers)
             .map_err(|e| ConfigError(format!("[{section}] {e}")))?;
+        self.lease(name)?;
         if let Some(s) = &self.secret {
             onus_webhooks::signing::check_secret(s).map_err(|e| {
                 ConfigError(format!(
@@ -857,6 +884,15 @@ mod tests {
             ("max_connections = 0\n", "at least 1 connection"),
             ("lease_ttl = \"500ms\"\n", "from \"1s\" to \"1h\""),
             ("lease_ttl = \"long\"\n", "write it like \"30s\""),
+            (
+                "[kinds.\"k\"]\nurl = \"http://127.0.0.1:1/\"\nlease_key = \"c:{id\"\n",
+                "never closed",
+            ),
+            ("[kinds.\"k\"]\nslots = 2\n", "slots needs lease_key"),
+            (
+                "[kinds.\"k\"]\nurl = \"http://127.0.0.1:1/\"\nlease_key = \"c\"\nslots = 0\n",
+                "give 1 to 10000",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.0.contains(says), "{text}: {e}");

@@ -27,7 +27,7 @@ pub use clock::{Clock, ManualClock, OffsetClock, SystemClock, Timestamp};
 pub use job::{
     DiscardReason, EntryClass, HistoryEntry, Job, JobArgs, JobId, JobState, NewJob, RunAt,
 };
-pub use limits::{RateWindow, WhenSpent};
+pub use limits::{KeyTemplate, RateWindow, TemplateError, WhenSpent};
 pub use outcome::{JobError, JobResult, SnoozeUntil};
 pub use policy::{Backoff, Policy, PolicyOverride, Timeline};
 pub use runtime::{

@@ -153,3 +153,166 @@ fn lease_waiter_wakes_at(
         _ => free_at,
     }
 }
+
+/// A key built from a job's args, as configuration writes it: `"customer:{customer_id}"`, with
+/// `{a.b}` for a nested field and `{{` / `}}` for literal braces. A field must be a string, a
+/// number or a boolean; a missing one refuses the job with a message naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    text: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Field(Vec<String>),
+}
+
+/// A template that cannot be used, with what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{template:?}: {problem}")]
+pub struct TemplateError {
+    template: String,
+    problem: String,
+}
+
+impl KeyTemplate {
+    /// Parses `text`; the error says what to fix.
+    pub fn parse(text: &str) -> Result<KeyTemplate, TemplateError> {
+        let bad = |problem: &str| TemplateError {
+            template: text.to_string(),
+            problem: problem.to_string(),
+        };
+        if text.is_empty() {
+            return Err(bad(
+                "a key template is empty; write it like \"customer:{customer_id}\"",
+            ));
+        }
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '{' if chars.peek() == Some(&'{') => {
+                    chars.next();
+                    lit.push('{');
+                }
+                '}' if chars.peek() == Some(&'}') => {
+                    chars.next();
+                    lit.push('}');
+                }
+                '{' => {
+                    let mut name = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('}') => break,
+                            Some(c) => name.push(c),
+                            None => {
+                                return Err(bad(
+                                    "a '{' is never closed; write {field}, or {{ for a brace",
+                                ))
+                            }
+                        }
+                    }
+                    let path: Vec<String> = name.trim().split('.').map(str::to_string).collect();
+                    if path.iter().any(|p| p.is_empty()) {
+                        return Err(bad(
+                            "an empty field name between braces; write {field} or {a.b}",
+                        ));
+                    }
+                    if !lit.is_empty() {
+                        parts.push(Part::Text(std::mem::take(&mut lit)));
+                    }
+                    parts.push(Part::Field(path));
+                }
+                '}' => return Err(bad("a '}' without its '{'; write }} for a brace")),
+                c => lit.push(c),
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(Part::Text(lit));
+        }
+        Ok(KeyTemplate {
+            text: text.to_string(),
+            parts,
+        })
+    }
+
+    /// The template as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The key for a job with `args`, or what is missing from them.
+    pub fn render(&self, args: &serde_json::Value) -> Result<String, String> {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Field(path) => {
+                    let name = path.join(".");
+                    let v = path.iter().try_fold(args, |v, k| v.get(k)).ok_or_else(|| {
+                        format!(
+                            "args: no {name}, which the key {:?} is built from",
+                            self.text
+                        )
+                    })?;
+                    match v {
+                        serde_json::Value::String(s) => out.push_str(s),
+                        serde_json::Value::Number(n) => out.push_str(&n.to_string()),
+                        serde_json::Value::Bool(b) => out.push_str(&b.to_string()),
+                        _ => {
+                            return Err(format!(
+                                "args: {name} is {v}, but the key {:?} needs a string, a number or a boolean there",
+                                self.text
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod template_tests {
+    use super::KeyTemplate;
+    use serde_json::json;
+
+    #[test]
+    fn keys_are_built_from_args() {
+        let t = KeyTemplate::parse("customer:{customer_id}/{order.region}{{x}}").unwrap();
+        let args = json!({"customer_id": 42, "order": {"region": "eu"}});
+        assert_eq!(t.render(&args).unwrap(), "customer:42/eu{x}");
+        let t = KeyTemplate::parse("all").unwrap();
+        assert_eq!(t.render(&json!({})).unwrap(), "all");
+        let t = KeyTemplate::parse("{flag}-{name}").unwrap();
+        assert_eq!(
+            t.render(&json!({"flag": true, "name": "a"})).unwrap(),
+            "true-a"
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_built_says_why() {
+        let t = KeyTemplate::parse("customer:{customer_id}").unwrap();
+        let e = t.render(&json!({"other": 1})).unwrap_err();
+        assert!(e.contains("no customer_id"), "{e}");
+        let e = t.render(&json!({"customer_id": null})).unwrap_err();
+        assert!(e.contains("needs a string, a number or a boolean"), "{e}");
+        let e = t.render(&json!({"customer_id": {"a": 1}})).unwrap_err();
+        assert!(e.contains("needs a string"), "{e}");
+        for (text, says) in [
+            ("", "empty"),
+            ("a:{b", "never closed"),
+            ("a}", "without its '{'"),
+            ("a:{}", "empty field name"),
+            ("a:{b..c}", "empty field name"),
+        ] {
+            let e = KeyTemplate::parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+}

@@ -180,3 +180,48 @@ pub async fn a_push_url_to_a_refused_address_is_refused_without_a_connection(w: 
         "no connection reached 127.0.0.2"
     );
 }
+
+/// `lease_key` and `slots` under `[kinds."<kind>"]`: the key is built from each job's args, and
+/// one slot per key means one job per customer in flight, two customers side by side; args that
+/// lack the key's field are refused at insert, naming it.
+pub async fn a_lease_key_from_configuration_runs_one_job_per_key_at_once(w: World) {
+    let sink = HttpSink::start(|_, _| Reply::status(200).delay(Duration::from_millis(100))).await;
+    let backend = w.backend;
+    drop(w);
+    let toml = format!(
+        r#"{CONFIG}
+[kinds."push.leased"]
+url = "{url}"
+lease_key = "customer:{{customer}}"
+slots = 1
+"#,
+        url = sink.url("/leased"),
+    );
+    let w = api_with(backend, &toml).await;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let customer = if i % 2 == 0 { "a" } else { "b" };
+        let (s, j) = w
+            .post(
+                "/api/v1/jobs",
+                json!({"kind": "push.leased", "args": {"customer": customer, "i": i}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{j}");
+        ids.push(j["id"].as_i64().unwrap());
+    }
+    for id in &ids {
+        w.wait_job(*id, |j| j["state"] == "completed").await;
+    }
+    // Four slots in the queue, one per customer: never more than two requests at once.
+    assert!(sink.max_in_flight() <= 2, "{}", sink.max_in_flight());
+    assert_eq!(sink.count(), 8);
+    let (s, e) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "push.leased", "args": {"i": 9}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(e.to_string().contains("no customer"), "{e}");
+}

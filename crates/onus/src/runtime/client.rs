@@ -411,16 +411,23 @@ impl Client {
     }
 }
 
-pub(crate) fn prepare_with(shared: &Shared, job: NewJob) -> Result<InsertRow, Error> {
+pub(crate) fn prepare_with(shared: &Shared, mut job: NewJob) -> Result<InsertRow, Error> {
     check_name("kind", &job.kind)?;
     let kind = shared.kinds.get(&job.kind);
     let queue = job
         .queue
+        .take()
         .or_else(|| kind.map(|k| k.queue.clone()))
         .unwrap_or_else(|| crate::DEFAULT_QUEUE.to_string());
     check_name("queue", &queue)?;
     if let Some(k) = &job.unique_key {
         check_name("unique_key", k)?;
+    }
+    if job.lease_key.is_none() {
+        // A kind may build its jobs' lease key from their args (configuration, say).
+        if let Some(t) = kind.and_then(|k| k.lease_key.as_ref()) {
+            job.lease_key = Some(t.render(&job.args).map_err(Error::Invalid)?);
+        }
     }
     if let Some(k) = &job.lease_key {
         check_name("lease_key", k)?;

@@ -44,6 +44,7 @@ pub struct Kind {
     pub(crate) policy: Policy,
     pub(crate) queue: String,
     pub(crate) lease_slots: u32,
+    pub(crate) lease_key: Option<crate::limits::KeyTemplate>,
     pub(crate) handler: Option<Arc<dyn Handler>>,
     pub(crate) check: Option<ArgsCheck>,
 }
@@ -58,6 +59,7 @@ impl fmt::Debug for Kind {
             .field("policy", &self.policy)
             .field("queue", &self.queue)
             .field("lease_slots", &self.lease_slots)
+            .field("lease_key", &self.lease_key.as_ref().map(|t| t.as_str()))
             .field("handled", &self.handler.is_some())
             .finish()
     }
@@ -71,6 +73,7 @@ impl Kind {
             policy: Policy::preset_default(),
             queue: crate::DEFAULT_QUEUE.into(),
             lease_slots: 1,
+            lease_key: None,
             handler: None,
             check: None,
         }
@@ -90,6 +93,13 @@ impl Kind {
     /// Sets the queue jobs go to when their insert names none.
     pub fn queue(mut self, q: impl Into<String>) -> Self {
         self.queue = q.into();
+        self
+    }
+
+    /// Builds the lease key of every job of this kind inserted without one from its args
+    /// (`"customer:{customer_id}"`); a job whose args lack a field of it is refused at insert.
+    pub fn lease_key_from(mut self, t: crate::limits::KeyTemplate) -> Self {
+        self.lease_key = Some(t);
         self
     }
 
