@@ -201,8 +201,7 @@ pub async fn run(s: Settings) -> Result<Report, String> {
         sent_events: Mutex::default(),
         seq: AtomicU64::new(0),
     });
-    // Start every process (the first of each deployment alone, so migrations do not race for
-    // nothing), then the endpoints.
+    // Start every process, one after the other, then the endpoints.
     for i in 0..world.procs.len() {
         world.start(i).await?;
     }
@@ -651,23 +650,30 @@ impl World {
             self.sent_events.locked().insert(id.clone());
             let body = json!({"type": "soak.event", "id": id, "tenant": t,
                               "payload": {"tenant": t, "seq": seq}});
-            for _ in 0..3 {
-                let Some(base) = self.pick(d, &mut rng) else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                match self.post(&base, "/events", &body).await {
-                    Ok((200 | 202, _)) => {
-                        self.acked_events.locked().push((d, id.clone()));
-                        self.tally.add("events published (acknowledged)", 1);
-                        break;
-                    }
-                    _ => self.tally.add("API calls failed (faults)", 1),
-                }
+            if self.send(d, &mut rng, "/events", &body).await.is_some() {
+                self.acked_events.locked().push((d, id));
+                self.tally.add("events published (acknowledged)", 1);
             }
             tokio::time::sleep(every).await;
         }
         Ok(())
+    }
+
+    /// Sends an idempotent call (an event with its id, a job with its unique key) to a live
+    /// process of deployment `d`, and again to another if no answer came, three times at most;
+    /// the answer of the one that took it.
+    async fn send(&self, d: usize, rng: &mut StdRng, path: &str, body: &Value) -> Option<Value> {
+        for _ in 0..3 {
+            let Some(base) = self.pick(d, rng) else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            match self.post(&base, path, body).await {
+                Ok((200..=202, v)) => return Some(v),
+                _ => self.tally.add("API calls failed (faults)", 1),
+            }
+        }
+        None
     }
 
     /// Inserts http.request, push and pull jobs in turn until the load stops.
@@ -700,22 +706,11 @@ impl World {
                     json!({"kind": PULL, "unique_key": unique, "args": {"n": n}}),
                 ),
             };
-            for _ in 0..3 {
-                let Some(base) = self.pick(d, &mut rng) else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                match self.post(&base, "/jobs", &body).await {
-                    Ok((200 | 201, v)) => {
-                        if let Some(id) = v["id"].as_i64() {
-                            self.acked_jobs.locked().push((d, id));
-                            self.tally
-                                .add(&format!("{kind} jobs inserted (acknowledged)"), 1);
-                        }
-                        break;
-                    }
-                    _ => self.tally.add("API calls failed (faults)", 1),
-                }
+            let answer = self.send(d, &mut rng, "/jobs", &body).await;
+            if let Some(id) = answer.and_then(|v| v["id"].as_i64()) {
+                self.acked_jobs.locked().push((d, id));
+                self.tally
+                    .add(&format!("{kind} jobs inserted (acknowledged)"), 1);
             }
             tokio::time::sleep(every).await;
         }
