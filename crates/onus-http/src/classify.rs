@@ -3,7 +3,7 @@
 //! | result | class |
 //! |---|---|
 //! | 2xx | success |
-//! | 429 or 503 with `Retry-After` (seconds or an HTTP date) | snooze until then, capped |
+//! | 429 or 503 with `Retry-After` (seconds or an HTTP date) | snooze until then, capped, pausing the job's lease key |
 //! | 408, 429 without `Retry-After`, 5xx, 3xx, timeout, connection or TLS failure | retryable |
 //! | any other 4xx | permanent |
 //! | a refused (SSRF) address | permanent, nothing sent |
@@ -37,7 +37,11 @@ impl Class {
     pub fn into_result(self) -> JobResult {
         match self {
             Class::Success => Ok(()),
-            Class::Snooze { until, reason } => Err(JobError::snooze_until(until, reason)),
+            // The answer is the upstream's as a whole: the job's lease key (an endpoint's, a
+            // customer's) is paused until then, so the key's other jobs wait without asking.
+            Class::Snooze { until, reason } => {
+                Err(JobError::snooze_until(until, reason).pausing_key())
+            }
             Class::Retryable(m) => Err(JobError::retryable(m)),
             Class::Permanent(m) => Err(JobError::discard(m)),
         }

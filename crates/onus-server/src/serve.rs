@@ -119,15 +119,12 @@ pub fn runtime_with(
             b = b.kind(kind);
         } else if !BUILT_IN.contains(&name.as_str()) {
             // A kind this process does not run itself: pulled by workers through the API.
-            if k.lease_key.is_some() {
-                // Pull claims do not take lease keys yet (issue 14, item 2).
-                return Err(format!(
-                    "[kinds.\"{name}\"] lease_key applies to push kinds (with url = \"...\") for now"
-                ));
-            }
             let mut kind = onus::Kind::new(name.clone());
             if let Some(q) = &k.queue {
                 kind = kind.queue(q.clone());
+            }
+            if let Some((t, slots)) = k.lease(name).map_err(|e| e.to_string())? {
+                kind = kind.lease_key_from(t).lease_slots(slots);
             }
             b = b.kind(kind);
         } else if k.queue.is_some() || k.url.is_some() || k.lease_key.is_some() || k.slots.is_some()

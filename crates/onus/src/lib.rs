@@ -35,8 +35,8 @@ pub use runtime::{
     Periodic, Running, Schedule,
 };
 pub use store::{
-    open, open_with, redact_url, Fault, JobFilter, Refused, RetryOutcome, Store, StoreError,
-    StoreResult,
+    open, open_with, redact_url, Fault, JobFilter, PausedKey, Refused, RetryOutcome, Store,
+    StoreError, StoreResult,
 };
 
 /// The PostgreSQL store, and the client crates it is built on (for the caller's own transactions).

@@ -129,6 +129,7 @@ impl LeaseAsk<'_> {
                         held.len()
                     ),
                 },
+                pause_key: None,
             },
             now,
             release_lease: None,

@@ -46,6 +46,9 @@ pub enum JobError {
         until: SnoozeUntil,
         /// Why, kept in the job's history.
         reason: String,
+        /// Whether the job's lease key is paused until then too, holding every other waiting
+        /// job of the key without a claim or a snooze of its own ([`JobError::pausing_key`]).
+        pause_key: bool,
     },
     /// Trying again cannot help: discard (reason *permanent*).
     Discard(BoxError),
@@ -83,6 +86,7 @@ impl JobError {
         JobError::Snooze {
             until: SnoozeUntil::After(d),
             reason: reason.into(),
+            pause_key: false,
         }
     }
 
@@ -91,6 +95,30 @@ impl JobError {
         JobError::Snooze {
             until: SnoozeUntil::At(t),
             reason: reason.into(),
+            pause_key: false,
+        }
+    }
+
+    /// For a snooze: the job's lease key is limited until the same time, so every other job
+    /// waiting on that key is held until then too (not claimed, no attempt spent, no snooze
+    /// written for it); this job records its own snooze as usual. Say it when the answer is about
+    /// the key's upstream as a whole (a 429 or 503 with `Retry-After`). A job without a lease key
+    /// just snoozes. Other errors are returned unchanged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use onus::JobError;
+    /// let e = JobError::snooze_for(Duration::from_secs(60), "HTTP 429").pausing_key();
+    /// assert!(matches!(e, JobError::Snooze { pause_key: true, .. }));
+    /// ```
+    pub fn pausing_key(self) -> Self {
+        match self {
+            JobError::Snooze { until, reason, .. } => JobError::Snooze {
+                until,
+                reason,
+                pause_key: true,
+            },
+            e => e,
         }
     }
 }
@@ -114,12 +142,14 @@ impl fmt::Display for JobError {
             JobError::Snooze {
                 until: SnoozeUntil::After(d),
                 reason,
+                ..
             } => {
                 write!(f, "snooze for {}: {reason}", crate::policy::human(*d))
             }
             JobError::Snooze {
                 until: SnoozeUntil::At(t),
                 reason,
+                ..
             } => write!(f, "snooze until {t}: {reason}"),
             JobError::Discard(e) => write!(f, "discard: {}", chain(e.as_ref())),
             JobError::Drop(r) => write!(f, "dropped: {r}"),
@@ -184,6 +214,16 @@ pub enum Transition {
         run_at: Timestamp,
         /// The history entry.
         entry: HistoryEntry,
+        /// The lease key paused until `run_at` as well (the job's own, when its handler asked
+        /// for it with [`JobError::pausing_key`]).
+        pause_key: Option<String>,
+    },
+    /// Held by a paused key, found when the attempt tried to take the key: the attempt is given
+    /// back, nothing is written to the job's history, and it waits (as `scheduled`) until the
+    /// pause ends.
+    Hold {
+        /// When the pause ends.
+        run_at: Timestamp,
     },
     /// Discard, with or without an alert.
     Discard {
@@ -267,7 +307,9 @@ pub fn row_write(
                 entry.message
             ))
         }
-        Transition::Return if cancel_requested => cancelled("cancelled by request".into()),
+        Transition::Return | Transition::Hold { .. } if cancel_requested => {
+            cancelled("cancelled by request".into())
+        }
         t => t.clone(),
     };
     let base = RowWrite {
@@ -302,7 +344,7 @@ pub fn row_write(
             periodic: periodic(S::Retryable, Some(entry)),
             ..base
         },
-        Transition::Snooze { run_at, entry } => RowWrite {
+        Transition::Snooze { run_at, entry, .. } => RowWrite {
             state: S::Snoozed,
             run_at: Some(*run_at),
             give_back_attempt: true,
@@ -336,6 +378,14 @@ pub fn row_write(
             run_at: Some(now),
             give_back_attempt: true,
             wake: true,
+            ..base
+        },
+        // `lease_wait` on a scheduled job marks it held by its key's pause: a resume finds it.
+        Transition::Hold { run_at } => RowWrite {
+            state: S::Scheduled,
+            run_at: Some(*run_at),
+            give_back_attempt: true,
+            lease_wait: true,
             ..base
         },
     }
@@ -376,7 +426,11 @@ pub fn decide<R: Rng + ?Sized>(
         AttemptEnd::Returned(Err(JobError::Retryable(e))) => {
             failed(EntryClass::Error, chain(e.as_ref()))
         }
-        AttemptEnd::Returned(Err(JobError::Snooze { until, reason })) => {
+        AttemptEnd::Returned(Err(JobError::Snooze {
+            until,
+            reason,
+            pause_key,
+        })) => {
             let run_at = match until {
                 SnoozeUntil::After(d) => clock::add(now, d),
                 SnoozeUntil::At(t) => t.max(now),
@@ -384,6 +438,7 @@ pub fn decide<R: Rng + ?Sized>(
             Transition::Snooze {
                 run_at: clock::trunc(run_at),
                 entry: entry(EntryClass::Snooze, reason),
+                pause_key: job.lease_key.clone().filter(|_| pause_key),
             }
         }
         AttemptEnd::Returned(Err(JobError::Discard(e))) => Transition::Discard {
@@ -497,6 +552,7 @@ mod tests {
         let snooze = Transition::Snooze {
             run_at: at(),
             entry: entry("busy"),
+            pause_key: None,
         };
         let w = row_write(&snooze, false, true, at(), 2);
         assert!(w.lease_wait && w.snoozed && w.give_back_attempt && w.periodic.is_none());

@@ -55,6 +55,25 @@ pub fn instant(field: &str, v: &str) -> Result<Timestamp, ApiError> {
         })
 }
 
+/// A time ahead given as `seconds` from now or as an RFC 3339 instant `until`, exactly one of them.
+pub fn later(seconds: Option<f64>, until: Option<&str>) -> Result<onus::SnoozeUntil, ApiError> {
+    match (seconds, until) {
+        (Some(s), None)
+            if s.is_finite() && (0.0..=onus::policy::MAX_DURATION.as_secs_f64()).contains(&s) =>
+        {
+            Ok(onus::SnoozeUntil::After(std::time::Duration::from_secs_f64(s)))
+        }
+        (Some(s), None) => Err(ApiError::invalid(format!(
+            "seconds: {s} is not a wait; give 0 to {} seconds",
+            onus::policy::MAX_DURATION.as_secs()
+        ))),
+        (None, Some(t)) => Ok(onus::SnoozeUntil::At(instant("until", t)?)),
+        _ => Err(ApiError::invalid(
+            "give either seconds or until (RFC 3339), not both and not neither",
+        )),
+    }
+}
+
 impl NewJobBody {
     /// The job to insert; the error names the field (prefixed with `at`, as `jobs[3].`).
     pub fn to_job(&self, app: &App, at: &str) -> Result<NewJob, ApiError> {

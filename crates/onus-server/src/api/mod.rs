@@ -9,6 +9,7 @@ pub mod body;
 pub mod error;
 pub mod hooks;
 pub mod jobs;
+pub mod keys;
 pub mod metrics;
 pub mod queues;
 pub mod workers;
@@ -231,7 +232,7 @@ fn common_errors(doc: &mut utoipa::openapi::OpenApi) {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Onus", description = "The Onus HTTP API: jobs, queues, kinds, webhooks, alerts and pull workers. Every call takes `Authorization: Bearer <token>`."),
+    info(title = "Onus", description = "The Onus HTTP API: jobs, queues, kinds, paused keys, webhooks, alerts and pull workers. Every call takes `Authorization: Bearer <token>`."),
     modifiers(&Security),
     security(("token" = [])),
 )]
@@ -254,6 +255,9 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(queues::pause))
         .routes(utoipa_axum::routes!(queues::resume))
         .routes(utoipa_axum::routes!(queues::list_periodic))
+        .routes(utoipa_axum::routes!(keys::list))
+        .routes(utoipa_axum::routes!(keys::pause))
+        .routes(utoipa_axum::routes!(keys::resume))
         .routes(utoipa_axum::routes!(hooks::create, hooks::list))
         .routes(utoipa_axum::routes!(
             hooks::show,

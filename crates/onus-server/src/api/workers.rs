@@ -10,7 +10,7 @@ use onus::{Job, JobError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::jobs::{instant, job_id};
+use super::jobs::job_id;
 use super::{ApiError, App, Body, HandledBy};
 
 /// What a worker claims.
@@ -175,6 +175,10 @@ pub struct SnoozeBody {
     /// Why (kept in the job's history).
     #[serde(default)]
     pub reason: Option<String>,
+    /// Pause the job's lease key until then too: the key's other waiting jobs are held, not
+    /// handed out, without a snooze of their own (for an upstream that limits the whole key).
+    #[serde(default)]
+    pub pause_key: bool,
 }
 
 /// Snoozes a claimed job: it runs again later and spends no attempt.
@@ -190,24 +194,20 @@ pub async fn snooze(
     let reason = body
         .reason
         .unwrap_or_else(|| "snoozed by the worker".into());
-    let e = match (body.seconds, &body.until) {
-        (Some(s), None)
-            if s.is_finite() && (0.0..=onus::policy::MAX_DURATION.as_secs_f64()).contains(&s) =>
-        {
-            JobError::snooze_for(Duration::from_secs_f64(s), reason)
-        }
-        (Some(s), None) => {
+    let e = match super::jobs::later(body.seconds, body.until.as_deref())? {
+        onus::SnoozeUntil::After(d) => JobError::snooze_for(d, reason),
+        onus::SnoozeUntil::At(t) => JobError::snooze_until(t, reason),
+    };
+    let e = if body.pause_key {
+        let job = app.client.get(id).await?;
+        if job.lease_key.is_none() {
             return Err(ApiError::invalid(format!(
-                "seconds: {s} is not a snooze; give 0 to {} seconds",
-                onus::policy::MAX_DURATION.as_secs()
-            )))
+                "pause_key: job {id} holds no lease key to pause; snooze it without pause_key, or give its kind a lease_key"
+            )));
         }
-        (None, Some(t)) => JobError::snooze_until(instant("until", t)?, reason),
-        _ => {
-            return Err(ApiError::invalid(
-                "give either seconds or until (RFC 3339), not both and not neither",
-            ))
-        }
+        e.pausing_key()
+    } else {
+        e
     };
     Ok(Json(
         app.client.answer(id, &body.lease_token, Err(e)).await?,

@@ -61,7 +61,8 @@ pub static JOBS: Line = Line {
         "002_tags_and_queues.sql",
         "003_counts.sql",
         "004_drop_running_by_owner.sql",
-        "005_inserts_count_themselves.sql"
+        "005_inserts_count_themselves.sql",
+        "006_key_pauses.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
@@ -69,7 +70,8 @@ pub static JOBS: Line = Line {
         "002_tags_and_queues.sql",
         "003_counts.sql",
         "004_drop_running_by_owner.sql",
-        "005_counted_update_without_join.sql"
+        "005_counted_update_without_join.sql",
+        "006_key_pauses.sql"
     ),
 };
 

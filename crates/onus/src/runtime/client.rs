@@ -378,6 +378,55 @@ impl Client {
         Ok(self.shared.store.count(filter).await?)
     }
 
+    /// Pauses lease key `key` until `until` (replacing a pause already in force): every waiting
+    /// job holding the key is held until then without being claimed, spending no attempt and
+    /// writing nothing to its history. Returns how many jobs the pause holds. A job's handler
+    /// asks for the same with [`crate::JobError::pausing_key`].
+    pub async fn pause_key(&self, key: &str, until: Timestamp, reason: &str) -> Result<u64, Error> {
+        check_name("key", key)?;
+        if key.is_empty() {
+            return Err(Error::Invalid("the key to pause is empty".into()));
+        }
+        let now = self.now();
+        if until <= now {
+            return Err(Error::Invalid(format!(
+                "a pause must end after now ({}); to end a pause, resume the key",
+                clock::trunc(now)
+            )));
+        }
+        let reason = if reason.trim().is_empty() {
+            "paused by hand"
+        } else {
+            reason
+        };
+        Ok(self
+            .shared
+            .store
+            .pause_key(
+                key,
+                clock::trunc(until),
+                now,
+                &crate::job::clean_message(reason),
+                crate::store::PauseMode::Replace,
+            )
+            .await?)
+    }
+
+    /// Ends `key`'s pause now: the jobs it held are due at once. Returns how many it released,
+    /// or `None` when the key was not paused.
+    pub async fn resume_key(&self, key: &str) -> Result<Option<u64>, Error> {
+        let out = self.shared.store.resume_key(key, self.now()).await?;
+        if out.is_some_and(|n| n > 0) {
+            self.shared.hub.wake_all();
+        }
+        Ok(out)
+    }
+
+    /// The keys paused now, with how many jobs each holds.
+    pub async fn paused_keys(&self) -> Result<Vec<crate::store::PausedKey>, Error> {
+        Ok(self.shared.store.paused_keys(self.now()).await?)
+    }
+
     fn signal_cancels(&self, out: &CancelOutcome) {
         for id in &out.requested {
             self.shared.hub.cancel_running(*id);

@@ -25,6 +25,7 @@ pub fn outcome_of(t: &Transition) -> &'static str {
         Transition::Discard { .. } => "discarded",
         Transition::Cancel { .. } => "cancelled",
         Transition::Return => "returned",
+        Transition::Hold { .. } => "held",
     }
 }
 

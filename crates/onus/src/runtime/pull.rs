@@ -10,8 +10,8 @@ use rand::distributions::{Alphanumeric, DistString};
 
 use crate::clock::{add, Timestamp};
 use crate::job::{Job, JobId, JobState};
-use crate::outcome::{decide, AttemptEnd};
-use crate::store::{ClaimRequest, HeldJob, StoreError};
+use crate::outcome::{decide, AttemptEnd, Transition};
+use crate::store::{ClaimRequest, HeldJob, LeaseDecision, StoreError};
 use crate::JobResult;
 
 use super::{Client, Error};
@@ -163,6 +163,7 @@ impl Client {
                 for j in &jobs {
                     super::metrics::picked_up(queue, now - j.run_at);
                 }
+                let jobs = self.take_lease_keys(jobs, &owner, now, until).await;
                 out.extend(jobs.into_iter().map(|job| Claimed {
                     lease_token: token_of(&owner, job.attempt),
                     lease_expires_at: job.lease_expires_at.unwrap_or(until),
@@ -177,6 +178,44 @@ impl Client {
             // come due by time are found by looking again within a second.
             let _ = tokio::time::timeout(left.min(Duration::from_secs(1)), notified).await;
         }
+    }
+
+    /// Takes the lease key of each claimed job that has one, as a worker in the process does
+    /// before running it: a job whose key is busy is snoozed until a slot frees, one whose key is
+    /// paused is held until the pause ends, and neither is handed out. A job whose key cannot be
+    /// taken (the database failed) is handed back, due now.
+    async fn take_lease_keys(
+        &self,
+        jobs: Vec<Job>,
+        owner: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Vec<Job> {
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let Some(key) = job.lease_key.clone() else {
+                out.push(job);
+                continue;
+            };
+            let slots = self.shared.kinds.get(&job.kind).map_or(1, |k| k.lease_slots);
+            match self
+                .shared
+                .store
+                .acquire_lease(&key, slots, &job, owner, now, until)
+                .await
+            {
+                Ok(LeaseDecision::Acquired) => out.push(job),
+                Ok(LeaseDecision::Busy(_) | LeaseDecision::Paused(_)) => {}
+                Err(e) => {
+                    tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
+                    let back = super::worker::finish_of(&self.shared, &job, Transition::Return, None);
+                    if let Err(e) = self.shared.store.finish(vec![back]).await {
+                        tracing::warn!(job = job.id, error = %e, "cannot hand the job back; its lease will run out");
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The running job `id` as leased by `token`, or a conflict when the lease is not current.
@@ -235,7 +274,9 @@ impl Client {
         let transition = decide(&job, end, &policy, now, &mut rand::thread_rng());
         let took = job.attempted_at.and_then(|t| (now - t).to_std().ok());
         super::metrics::attempt(&job.kind, &transition, took);
-        let finish = super::worker::finish_of(&self.shared, &job, transition, None);
+        // A job with a lease key took it at its claim; its answer releases it.
+        let release = job.lease_key.clone();
+        let finish = super::worker::finish_of(&self.shared, &job, transition, release);
         let applied = self.shared.store.finish(vec![finish]).await?;
         if applied.first() != Some(&true) {
             return Err(stale(id));

@@ -678,6 +678,8 @@ async fn execute(
                 shared.hub.wake(&job.queue);
                 return;
             }
+            // The store held the job in the same write until the key's pause ends.
+            Ok(LeaseDecision::Paused(_)) => return,
             Err(e) => {
                 tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
                 send(

@@ -481,6 +481,37 @@ pub enum LeaseDecision {
     Acquired,
     /// Every slot is held: the job was snoozed until this time at the latest.
     Busy(Timestamp),
+    /// The key is paused: the job was held (attempt given back, nothing in its history) until
+    /// the pause ends at this time.
+    Paused(Timestamp),
+}
+
+/// How a pause meets one already in force on the same key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseMode {
+    /// Replace it (an operator's pause: shorter or longer).
+    Replace,
+    /// Only ever lengthen it (a pause asked by a job's answer: a `Retry-After` of 5 s does not
+    /// cut short an operator's hour).
+    Extend,
+}
+
+/// A key paused until a time, and how many jobs it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PausedKey {
+    /// The lease key.
+    pub key: String,
+    /// When the pause ends.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub until: Timestamp,
+    /// When it was paused (or last extended).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub paused_at: Timestamp,
+    /// Why: the answer that paused it, or the operator's reason.
+    pub reason: String,
+    /// Waiting jobs of the key it holds.
+    pub held: u64,
 }
 
 /// One use of a rate window to take (see [`Store::take_rates`]).
@@ -755,6 +786,25 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Until when lease `key` is held (the latest slot), if it is held at all.
     async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>>;
+
+    /// Pauses lease key `key` until `until`: its waiting jobs due by then are held (`scheduled`
+    /// until the pause ends, no attempt spent and nothing written to their history), and a job of
+    /// the key claimed during the pause is held when it tries to take the key. Returns how many
+    /// jobs the pause holds now.
+    async fn pause_key(
+        &self,
+        key: &str,
+        until: Timestamp,
+        now: Timestamp,
+        reason: &str,
+        mode: PauseMode,
+    ) -> StoreResult<u64>;
+
+    /// Ends `key`'s pause now: its held jobs are due at once. `None` when the key was not paused.
+    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>>;
+
+    /// The keys paused at `now`, by key, with how many jobs each holds.
+    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>>;
 
     /// Takes one use of each rate window asked for (at most `max` per `window`, windows aligned
     /// to the epoch), all or none: when any window is spent nothing is taken. The answers follow

@@ -186,6 +186,7 @@ pub async fn regression_a_lease_lost_elsewhere_stops_the_attempt_at_once(env: En
                     class: EntryClass::Snooze,
                     message: "taken back by the test".into(),
                 },
+                pause_key: None,
             },
             now,
             release_lease: None,

@@ -755,6 +755,14 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
         .await
         .map_err(q)?;
     }
+    if let Transition::Snooze {
+        run_at,
+        entry,
+        pause_key: Some(key),
+    } = &f.transition
+    {
+        pause_key(c, key, *run_at, f.now, &entry.message, PauseMode::Extend, Some(f.id)).await?;
+    }
     if let Some(key) = &f.release_lease {
         release_lease(c, key, f.id, f.now).await?;
     }
@@ -817,6 +825,56 @@ async fn release_lease(
         .map_err(q)?;
     }
     Ok(())
+}
+
+/// Pauses `key` until `until` and holds its waiting jobs that are due by then (all but
+/// `except`, the job whose answer paused it): `scheduled` until the pause ends, `lease_wait`
+/// marking them held. Jobs due later are held if a claim reaches them during the pause. Returns
+/// how many jobs it held.
+async fn pause_key(
+    c: &impl GenericClient,
+    key: &str,
+    until: Timestamp,
+    now: Timestamp,
+    reason: &str,
+    mode: PauseMode,
+    except: Option<JobId>,
+) -> StoreResult<u64> {
+    let row = c
+        .query_one(
+            "INSERT INTO onus_key_pauses (key, until, paused_at, reason) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (key) DO UPDATE SET
+                until = CASE WHEN $5 AND onus_key_pauses.until > $3
+                             THEN GREATEST(onus_key_pauses.until, excluded.until) ELSE excluded.until END,
+                paused_at = excluded.paused_at, reason = excluded.reason
+             RETURNING until",
+            &[&key, &until, &now, &reason, &matches!(mode, PauseMode::Extend)],
+        )
+        .await
+        .map_err(q)?;
+    let until: Timestamp = row.get(0);
+    let held = c
+        .execute(
+            "UPDATE onus_jobs SET state = 'scheduled', run_at = $2, lease_wait = true
+             WHERE lease_key = $1 AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
+               AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait)) AND id <> $4",
+            &[&key, &until, &now, &except.unwrap_or(0)],
+        )
+        .await
+        .map_err(q)?;
+    Ok(held)
+}
+
+/// How many jobs `key`'s pause holds.
+async fn count_held(c: &impl GenericClient, key: &str) -> StoreResult<u64> {
+    let row = c
+        .query_one(
+            "SELECT count(*) FROM onus_jobs WHERE lease_key = $1 AND state = 'scheduled' AND lease_wait",
+            &[&key],
+        )
+        .await
+        .map_err(q)?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
 }
 
 /// Builds `AND col = ANY($n)` conditions for a filter, numbering parameters after `first`.
@@ -1366,13 +1424,36 @@ impl Store for PostgresStore {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
         lock_lease_key(&*tx, key).await?;
-        let held: Vec<crate::limits::SlotRow> = tx
+        // The key's slots, and its pause as slot -1 when one is in force: one round trip.
+        let rows = tx
             .query(
-                "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1",
-                &[&key],
+                "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1
+                 UNION ALL SELECT -1, 0, until FROM onus_key_pauses WHERE key = $1 AND until > $2",
+                &[&key, &now],
             )
             .await
-            .map_err(q)?
+            .map_err(q)?;
+        if let Some(p) = rows.iter().find(|r| r.get::<_, i32>(0) < 0) {
+            let until: Timestamp = p.get(2);
+            let hold = Finish {
+                id: job.id,
+                owner: owner.to_string(),
+                attempt: job.attempt,
+                transition: Transition::Hold { run_at: until },
+                now,
+                release_lease: None,
+                periodic: None,
+                expired_before: None,
+            };
+            finish_one(&*tx, &hold, false).await?;
+            // Not waiting for the disk, as for a busy key below.
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+                .map_err(q)?;
+            tx.commit().await.map_err(q)?;
+            return Ok(LeaseDecision::Paused(until));
+        }
+        let held: Vec<crate::limits::SlotRow> = rows
             .iter()
             .map(|r| (r.get::<_, i32>(0).max(0) as u32, r.get(1), r.get(2)))
             .collect();
@@ -1423,6 +1504,76 @@ impl Store for PostgresStore {
         };
         tx.commit().await.map_err(q)?;
         Ok(decision)
+    }
+
+    async fn pause_key(
+        &self,
+        key: &str,
+        until: Timestamp,
+        now: Timestamp,
+        reason: &str,
+        mode: PauseMode,
+    ) -> StoreResult<u64> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        lock_lease_key(&*tx, key).await?;
+        pause_key(&*tx, key, until, now, reason, mode, None).await?;
+        let held = count_held(&*tx, key).await?;
+        tx.commit().await.map_err(q)?;
+        Ok(held)
+    }
+
+    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        lock_lease_key(&*tx, key).await?;
+        let was = tx
+            .query_opt(
+                "DELETE FROM onus_key_pauses WHERE key = $1 RETURNING until > $2",
+                &[&key, &now],
+            )
+            .await
+            .map_err(q)?;
+        if !was.is_some_and(|r| r.get::<_, bool>(0)) {
+            tx.commit().await.map_err(q)?;
+            return Ok(None);
+        }
+        let row = tx
+            .query_one(
+                "WITH r AS (
+                    UPDATE onus_jobs SET run_at = $2, lease_wait = false
+                    WHERE lease_key = $1 AND state = 'scheduled' AND lease_wait RETURNING queue
+                 ), n AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM r) d)
+                 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n)",
+                &[&key, &now],
+            )
+            .await
+            .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok(Some(row.get::<_, i64>(0).max(0) as u64))
+    }
+
+    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "SELECT p.key, p.until, p.paused_at, p.reason,
+                    (SELECT count(*) FROM onus_jobs j WHERE j.lease_key = p.key AND j.state = 'scheduled' AND j.lease_wait)
+                 FROM onus_key_pauses p WHERE p.until > $1 ORDER BY p.key",
+                &[&now],
+            )
+            .await
+            .map_err(q)?;
+        Ok(rows
+            .iter()
+            .map(|r| PausedKey {
+                key: r.get(0),
+                until: r.get(1),
+                paused_at: r.get(2),
+                reason: r.get(3),
+                held: r.get::<_, i64>(4).max(0) as u64,
+            })
+            .collect())
     }
 
     async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
@@ -1604,6 +1755,9 @@ impl Store for PostgresStore {
         .map_err(q)?;
         let stale = now - chrono::TimeDelta::hours(1);
         c.execute("DELETE FROM onus_leases WHERE busy_until < $1", &[&stale])
+            .await
+            .map_err(q)?;
+        c.execute("DELETE FROM onus_key_pauses WHERE until < $1", &[&now])
             .await
             .map_err(q)?;
         Ok(n)

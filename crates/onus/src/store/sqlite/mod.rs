@@ -894,6 +894,14 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
         .execute(params![f.id, message, now])
         .map_err(q)?;
     }
+    if let Transition::Snooze {
+        run_at,
+        entry,
+        pause_key: Some(key),
+    } = &f.transition
+    {
+        pause_key(conn, key, *run_at, f.now, &entry.message, PauseMode::Extend, Some(f.id))?;
+    }
     if let Some(key) = &f.release_lease {
         release_lease(conn, key, f.id, now)?;
     }
@@ -908,6 +916,58 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
         .map_err(q)?;
     }
     Ok(true)
+}
+
+/// Pauses `key` until `until` and holds its waiting jobs that are due by then (all but
+/// `except`, the job whose answer paused it): `scheduled` until the pause ends, `lease_wait`
+/// marking them held. Jobs due later are held if a claim reaches them during the pause. Returns
+/// how many jobs it held.
+fn pause_key(
+    conn: &Connection,
+    key: &str,
+    until: Timestamp,
+    now: Timestamp,
+    reason: &str,
+    mode: PauseMode,
+    except: Option<JobId>,
+) -> StoreResult<u64> {
+    let until: i64 = conn
+        .prepare_cached(
+            "INSERT INTO onus_key_pauses (key, until, paused_at, reason) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (key) DO UPDATE SET
+                until = CASE WHEN ?5 AND onus_key_pauses.until > ?3
+                             THEN max(onus_key_pauses.until, excluded.until) ELSE excluded.until END,
+                paused_at = excluded.paused_at, reason = excluded.reason
+             RETURNING until",
+        )
+        .map_err(q)?
+        .query_row(
+            params![key, us(until), us(now), reason, matches!(mode, PauseMode::Extend)],
+            |r| r.get(0),
+        )
+        .map_err(q)?;
+    let held = conn
+        .prepare_cached(
+            "UPDATE onus_jobs SET state = 'scheduled', run_at = ?2, lease_wait = 1
+             WHERE lease_key = ?1 AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
+               AND (run_at <= ?3 OR (state = 'scheduled' AND lease_wait = 1)) AND id <> ?4",
+        )
+        .map_err(q)?
+        .execute(params![key, until, us(now), except.unwrap_or(0)])
+        .map_err(q)?;
+    Ok(held as u64)
+}
+
+/// How many jobs `key`'s pause holds.
+fn count_held(conn: &Connection, key: &str) -> StoreResult<u64> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM onus_jobs WHERE lease_key = ?1 AND state = 'scheduled' AND lease_wait = 1",
+        )
+        .map_err(q)?
+        .query_row([key], |r| r.get(0))
+        .map_err(q)?;
+    Ok(n.max(0) as u64)
 }
 
 fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreResult<()> {
@@ -1368,6 +1428,27 @@ impl Store for SqliteStore {
         let owner = owner.to_string();
         let job = job.clone();
         self.write(move |conn| {
+            let paused: Option<i64> = conn
+                .prepare_cached("SELECT until FROM onus_key_pauses WHERE key = ?1 AND until > ?2")
+                .map_err(q)?
+                .query_row(params![key, us(now)], |r| r.get(0))
+                .optional()
+                .map_err(q)?;
+            if let Some(until) = paused {
+                let until = from_micros(until);
+                let hold = Finish {
+                    id: job.id,
+                    owner: owner.clone(),
+                    attempt: job.attempt,
+                    transition: Transition::Hold { run_at: until },
+                    now,
+                    release_lease: None,
+                    periodic: None,
+                    expired_before: None,
+                };
+                finish_one(conn, &hold, false)?;
+                return Ok(LeaseDecision::Paused(until));
+            }
             let held: Vec<crate::limits::SlotRow> = conn
                 .prepare_cached("SELECT slot, job_id, busy_until FROM onus_leases WHERE key = ?1")
                 .map_err(q)?
@@ -1399,6 +1480,74 @@ impl Store for SqliteStore {
                 Transition::Snooze { run_at, .. } => run_at,
                 _ => now,
             }))
+        })
+        .await
+    }
+
+    async fn pause_key(
+        &self,
+        key: &str,
+        until: Timestamp,
+        now: Timestamp,
+        reason: &str,
+        mode: PauseMode,
+    ) -> StoreResult<u64> {
+        let key = key.to_string();
+        let reason = reason.to_string();
+        self.write(move |conn| {
+            pause_key(conn, &key, until, now, &reason, mode, None)?;
+            count_held(conn, &key)
+        })
+        .await
+    }
+
+    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
+        let key = key.to_string();
+        self.write(move |conn| {
+            let was: Option<bool> = conn
+                .prepare_cached("DELETE FROM onus_key_pauses WHERE key = ?1 RETURNING until > ?2")
+                .map_err(q)?
+                .query_row(params![key, us(now)], |r| r.get(0))
+                .optional()
+                .map_err(q)?;
+            if was != Some(true) {
+                return Ok(None);
+            }
+            let n = conn
+                .prepare_cached(
+                    "UPDATE onus_jobs SET run_at = ?2, lease_wait = 0
+                     WHERE lease_key = ?1 AND state = 'scheduled' AND lease_wait = 1",
+                )
+                .map_err(q)?
+                .execute(params![key, us(now)])
+                .map_err(q)?;
+            Ok(Some(n as u64))
+        })
+        .await
+    }
+
+    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
+        self.read(move |conn| {
+            let rows = conn
+                .prepare_cached(
+                    "SELECT p.key, p.until, p.paused_at, p.reason,
+                        (SELECT count(*) FROM onus_jobs j WHERE j.lease_key = p.key AND j.state = 'scheduled' AND j.lease_wait = 1)
+                     FROM onus_key_pauses p WHERE p.until > ?1 ORDER BY p.key",
+                )
+                .map_err(q)?
+                .query_map([us(now)], |r| {
+                    Ok(PausedKey {
+                        key: r.get(0)?,
+                        until: from_micros(r.get(1)?),
+                        paused_at: from_micros(r.get(2)?),
+                        reason: r.get(3)?,
+                        held: r.get::<_, i64>(4)?.max(0) as u64,
+                    })
+                })
+                .map_err(q)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(q)?;
+            Ok(rows)
         })
         .await
     }
@@ -1576,6 +1725,10 @@ impl Store for SqliteStore {
             conn.prepare_cached("DELETE FROM onus_leases WHERE busy_until < ?1")
                 .map_err(q)?
                 .execute([us(now) - 3_600_000_000])
+                .map_err(q)?;
+            conn.prepare_cached("DELETE FROM onus_key_pauses WHERE until < ?1")
+                .map_err(q)?
+                .execute([us(now)])
                 .map_err(q)?;
             Ok(n as u64)
         })

@@ -1,0 +1,13 @@
+-- Keys paused until a time (DESIGN: pause a key). While a pause lasts, the waiting jobs holding
+-- the key are `scheduled` until its end with `lease_wait = 1` (held, not snoozed: no attempt and
+-- no history entry); a job of the key claimed meanwhile is held when it tries to take the key.
+CREATE TABLE onus_key_pauses (
+    key       TEXT    PRIMARY KEY,
+    until     INTEGER NOT NULL,
+    paused_at INTEGER NOT NULL,
+    reason    TEXT    NOT NULL
+);
+-- A pause finds the key's waiting jobs, a resume and the listing its held ones, through this
+-- index only: jobs without a lease key are never in it.
+CREATE INDEX onus_jobs_keyed_waiting ON onus_jobs (lease_key)
+    WHERE lease_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable', 'snoozed');
