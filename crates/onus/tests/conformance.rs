@@ -19,6 +19,8 @@ mod faulty;
 mod jobs;
 #[path = "conformance/limits.rs"]
 mod limits;
+#[path = "conformance/pauses.rs"]
+mod pauses;
 #[path = "conformance/periodic.rs"]
 mod periodic;
 #[path = "conformance/postgres_only.rs"]
@@ -73,6 +75,11 @@ onus_testkit::both!(
                 lease_slot_outlives_its_ttl_while_the_holder_runs,
                 a_handler_snooze_on_a_leased_job_keeps_its_time,
                 limits_hold_across_processes,
+            ],
+            pauses: [
+                a_paused_key_holds_its_jobs_until_the_pause_ends,
+                a_handler_that_pauses_its_key_holds_the_others_and_a_resume_frees_them,
+                an_operators_pause_is_replaced_and_a_jobs_only_lengthened,
             ],
             periodic: [
                 interval_enqueues_once_per_period_across_restarts,

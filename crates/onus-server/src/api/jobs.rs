@@ -61,7 +61,9 @@ pub fn later(seconds: Option<f64>, until: Option<&str>) -> Result<onus::SnoozeUn
         (Some(s), None)
             if s.is_finite() && (0.0..=onus::policy::MAX_DURATION.as_secs_f64()).contains(&s) =>
         {
-            Ok(onus::SnoozeUntil::After(std::time::Duration::from_secs_f64(s)))
+            Ok(onus::SnoozeUntil::After(
+                std::time::Duration::from_secs_f64(s),
+            ))
         }
         (Some(s), None) => Err(ApiError::invalid(format!(
             "seconds: {s} is not a wait; give 0 to {} seconds",

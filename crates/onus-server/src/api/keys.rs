@@ -64,7 +64,9 @@ pub async fn pause(
         .into_iter()
         .find(|k| k.key == key)
         .map(Json)
-        .ok_or_else(|| ApiError::internal(format!("key {key:?} is not paused right after its pause")))
+        .ok_or_else(|| {
+            ApiError::internal(format!("key {key:?} is not paused right after its pause"))
+        })
 }
 
 /// What a resume did.

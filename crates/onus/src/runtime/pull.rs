@@ -197,7 +197,11 @@ impl Client {
                 out.push(job);
                 continue;
             };
-            let slots = self.shared.kinds.get(&job.kind).map_or(1, |k| k.lease_slots);
+            let slots = self
+                .shared
+                .kinds
+                .get(&job.kind)
+                .map_or(1, |k| k.lease_slots);
             match self
                 .shared
                 .store
@@ -208,7 +212,8 @@ impl Client {
                 Ok(LeaseDecision::Busy(_) | LeaseDecision::Paused(_)) => {}
                 Err(e) => {
                     tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                    let back = super::worker::finish_of(&self.shared, &job, Transition::Return, None);
+                    let back =
+                        super::worker::finish_of(&self.shared, &job, Transition::Return, None);
                     if let Err(e) = self.shared.store.finish(vec![back]).await {
                         tracing::warn!(job = job.id, error = %e, "cannot hand the job back; its lease will run out");
                     }

@@ -202,6 +202,25 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.lease_busy_until(key).await
     }
+    async fn pause_key(
+        &self,
+        key: &str,
+        until: Timestamp,
+        now: Timestamp,
+        reason: &str,
+        mode: onus::store::PauseMode,
+    ) -> StoreResult<u64> {
+        self.gate().await;
+        self.inner.pause_key(key, until, now, reason, mode).await
+    }
+    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
+        self.gate().await;
+        self.inner.resume_key(key, now).await
+    }
+    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<onus::PausedKey>> {
+        self.gate().await;
+        self.inner.paused_keys(now).await
+    }
     async fn take_rates(
         &self,
         asks: &[onus::store::RateAsk],

@@ -761,7 +761,16 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
         pause_key: Some(key),
     } = &f.transition
     {
-        pause_key(c, key, *run_at, f.now, &entry.message, PauseMode::Extend, Some(f.id)).await?;
+        pause_key(
+            c,
+            key,
+            *run_at,
+            f.now,
+            &entry.message,
+            PauseMode::Extend,
+            Some(f.id),
+        )
+        .await?;
     }
     if let Some(key) = &f.release_lease {
         release_lease(c, key, f.id, f.now).await?;

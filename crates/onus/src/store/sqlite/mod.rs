@@ -900,7 +900,15 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
         pause_key: Some(key),
     } = &f.transition
     {
-        pause_key(conn, key, *run_at, f.now, &entry.message, PauseMode::Extend, Some(f.id))?;
+        pause_key(
+            conn,
+            key,
+            *run_at,
+            f.now,
+            &entry.message,
+            PauseMode::Extend,
+            Some(f.id),
+        )?;
     }
     if let Some(key) = &f.release_lease {
         release_lease(conn, key, f.id, now)?;
