@@ -137,6 +137,7 @@ fn verify(secret: &str, r: &Received) -> Result<(), signing::SignError> {
 onus_testkit::both!(
     fails_twice_then_delivers_with_one_id_and_fresh_signatures,
     retry_after_snoozes_without_spending_an_attempt,
+    a_429_with_retry_after_holds_the_endpoints_other_deliveries,
     gone_disables_the_endpoint_at_once,
     an_always_failing_endpoint_gets_exactly_the_policys_requests,
     a_failing_endpoint_gets_new_deliveries_after_a_cooldown,
@@ -329,6 +330,72 @@ async fn retry_after_snoozes_without_spending_an_attempt(backend: Backend) {
         .map(|r| r.header("webhook-timestamp").unwrap().parse().unwrap())
         .collect();
     assert_eq!(t[1] - t[0], 2, "sent again 2 s later");
+    w.stop().await;
+}
+
+/// The endpoint's limit is its own, not one delivery's: its other deliveries wait with the one
+/// that was told, held (no request, no attempt, no snooze of their own) until the time it named.
+async fn a_429_with_retry_after_holds_the_endpoints_other_deliveries(backend: Backend) {
+    let sink = HttpSink::start(|_, n| {
+        if n == 1 {
+            Reply::status(429).header("retry-after", "60")
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    // No cooldown for the endpoint the 429 marks failing: its new deliveries are due at once,
+    // so only the pause keeps them from being sent.
+    let cfg = WebhookConfig {
+        cooldown: Duration::ZERO,
+        ..WebhookConfig::default()
+    };
+    let w = world(backend, cfg).await;
+    let (ep, _) = w.endpoint(sink.url("/hook")).await;
+    let first = w
+        .hooks
+        .publish("order.paid", json!({"n": 0}), None)
+        .await
+        .unwrap();
+    let until = w.clock.now() + chrono::TimeDelta::seconds(60);
+    let j = w
+        .wait_delivery(&first.id, "snoozed", |j| j.state == JobState::Snoozed)
+        .await;
+    assert_eq!((j.attempt, j.snoozes, j.run_at), (0, 1, until));
+    let mut later = Vec::new();
+    for n in 1..=5 {
+        later.push(
+            w.hooks
+                .publish("order.paid", json!({"n": n}), None)
+                .await
+                .unwrap(),
+        );
+    }
+    for ev in &later {
+        let j = w
+            .wait_delivery(&ev.id, "held", |j| {
+                j.state == JobState::Scheduled && j.run_at == until
+            })
+            .await;
+        assert_eq!((j.attempt, j.snoozes, j.errors.len()), (0, 0, 0), "{j:?}");
+    }
+    assert_eq!(
+        sink.count(),
+        1,
+        "nothing more was sent to the limited endpoint"
+    );
+    let paused = w.client.paused_keys().await.unwrap();
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].key, onus_webhooks::lease_key(&ep.id));
+    assert_eq!(paused[0].held, 5);
+    w.clock.advance(Duration::from_secs(60));
+    for ev in later.iter().chain([&first]) {
+        let j = w
+            .wait_delivery(&ev.id, "delivered", |j| j.state == JobState::Completed)
+            .await;
+        assert_eq!(j.attempt, 1);
+    }
+    assert_eq!(sink.count(), 7);
     w.stop().await;
 }
 
