@@ -8,6 +8,7 @@ mod examples;
 mod harness;
 mod hostile;
 mod jobs;
+mod keys;
 mod mail;
 mod openapi;
 mod panel;
@@ -43,6 +44,10 @@ onus_testkit::both!(
         one_event_id_is_one_event,
         endpoints_are_managed_and_bad_ones_refused,
         a_fixed_endpoint_gets_its_discarded_deliveries_again,
+    ],
+    keys: [
+        a_key_is_paused_listed_and_resumed_through_the_api,
+        a_pull_workers_snooze_can_pause_its_jobs_key,
     ],
     workers: [
         a_claimed_job_is_answered_once_with_its_lease,
