@@ -294,6 +294,44 @@ async fn scenario(backend: Backend, d: &Driver) {
     .await;
     wait_page(&c, &format!("{}/events/browser-1", w.base), "completed").await;
     shoot(&c, &format!("{tag}-event")).await;
+    // Pause a key from the overview: its waiting job is held and counted; resume it.
+    let (_, keyed) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "report.build", "args": {}, "lease_key": "customer:browser"}),
+        )
+        .await;
+    c.goto(&format!("{}/", w.base)).await.unwrap();
+    type_into(&c, Locator::Css("input[name=key]"), "customer:browser").await;
+    type_into(&c, Locator::Css("input[name=reason]"), "their maintenance").await;
+    click(&c, Locator::XPath("//button[. = 'Pause key']")).await;
+    wait_text(
+        &c,
+        "section[aria-labelledby=keys] table",
+        "their maintenance",
+    )
+    .await;
+    let held = c
+        .find(Locator::XPath(
+            "//section[@aria-labelledby='keys']//tbody/tr/td[3]",
+        ))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(held, "1", "the key's waiting job is held");
+    let (_, j) = w.get(&format!("/api/v1/jobs/{}", keyed["id"])).await;
+    assert_eq!(j["state"], "scheduled", "{j}");
+    shoot(&c, &format!("{tag}-paused-key")).await;
+    click(
+        &c,
+        Locator::XPath("//button[. = 'Resume customer:browser']"),
+    )
+    .await;
+    wait_text(&c, "section[aria-labelledby=keys]", "No key is paused").await;
+    let (_, keys) = w.get("/api/v1/keys").await;
+    assert_eq!(keys["keys"], json!([]));
     // The overview once the scenarios above have filled it.
     c.goto(&format!("{}/", w.base)).await.unwrap();
     wait_text(&c, "h1", "Overview").await;

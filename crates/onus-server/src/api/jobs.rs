@@ -42,6 +42,11 @@ pub struct NewJobBody {
     /// Labels to find the job by.
     #[serde(default)]
     pub tags: Option<Vec<String>>,
+    /// The lease key: jobs sharing one run at most the kind's `slots` at once, across every
+    /// process, and a key can be paused (`/keys/{key}/pause`). When absent, the kind's
+    /// configured `lease_key` template builds it from the args, if it has one.
+    #[serde(default)]
+    pub lease_key: Option<String>,
 }
 
 /// An instant given as text: RFC 3339, or a 422 naming the field.
@@ -91,6 +96,7 @@ impl NewJobBody {
         }
         job.unique_key = self.unique_key.clone();
         job.tags = self.tags.clone().unwrap_or_default();
+        job.lease_key = self.lease_key.clone();
         // A built-in kind's args are checked now, not discarded at the first attempt.
         if self.kind == onus_http::request::KIND {
             onus_http::request::HttpRequestArgs::check(&job.args)

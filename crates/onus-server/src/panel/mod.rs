@@ -325,6 +325,7 @@ pub fn router(panel: Panel) -> Router {
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/action", post(pages::job_action))
         .route("/queues/action", post(pages::queue_action))
+        .route("/keys/action", post(pages::key_action))
         .route("/alerts", get(pages::alerts))
         .route("/alerts/ack", post(pages::alerts_ack))
         .route("/periodic", get(pages::periodic))

@@ -160,10 +160,11 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
             .store()
             .history(now - chrono::TimeDelta::days(1))
             .await?;
-        Ok::<_, ApiError>((counts, qs, open, history))
+        let keys = app.client.paused_keys().await?;
+        Ok::<_, ApiError>((counts, qs, open, history, keys))
     }
     .await;
-    let (counts, qs, open, history) = match result {
+    let (counts, qs, open, history, keys) = match result {
         Ok(v) => v,
         Err(e) => return err_page(&panel, &s, e),
     };
@@ -234,6 +235,43 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
                         }
                     }
                 }
+            }
+        }
+        section aria-labelledby="keys" {
+            h2 id="keys" { "Paused keys" }
+            @if keys.is_empty() {
+                p { "No key is paused. A 429 or 503 with Retry-After pauses the job's lease key until then; so can you, below." }
+            } @else {
+                table {
+                    thead { tr { th { "Key" } th { "Until" } th { "Jobs held" } th { "Why" } th { span class="sr" { "Action" } } } }
+                    tbody {
+                        @for k in &keys {
+                            tr {
+                                td { code { (k.key) } }
+                                td { (k.until.format("%Y-%m-%d %H:%M:%S UTC")) }
+                                td { (k.held) }
+                                td { (k.reason) }
+                                td {
+                                    form method="post" action=(panel.href("/keys/action")) {
+                                        input type="hidden" name="csrf" value=(s.csrf);
+                                        input type="hidden" name="key" value=(k.key);
+                                        input type="hidden" name="action" value="resume";
+                                        button type="submit" { "Resume " (k.key) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            form method="post" action=(panel.href("/keys/action")) class="inline" {
+                input type="hidden" name="csrf" value=(s.csrf);
+                input type="hidden" name="action" value="pause";
+                label { "Key " input type="text" name="key" required placeholder="customer:42"; }
+                label { " for minutes " input type="number" name="minutes" min="1" value="15" required; }
+                label { " why " input type="text" name="reason" placeholder="their maintenance"; }
+                " "
+                button type="submit" { "Pause key" }
             }
         }
         section aria-labelledby="kinds" {
@@ -542,6 +580,57 @@ pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<Queue
     let done = match f.action.as_str() {
         "pause" => panel.app.client.pause_queue(&name).await.map(|_| ()),
         "resume" => panel.app.client.resume_queue(&name).await.map(|_| ()),
+        other => {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("action: {other:?}"),
+            )
+                .into_response()
+        }
+    };
+    match done {
+        Ok(()) => panel.redirect("/"),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}
+
+/// A key to pause (for `minutes`) or resume.
+#[derive(Debug, Deserialize)]
+pub struct KeyForm {
+    key: String,
+    action: String,
+    #[serde(default)]
+    minutes: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Pauses or resumes a key, then shows the overview.
+pub async fn key_action(State(panel): State<Panel>, Posted(s, f): Posted<KeyForm>) -> Response {
+    let client = &panel.app.client;
+    let done = match f.action.as_str() {
+        "pause" => {
+            let minutes = f.minutes.as_deref().unwrap_or("").trim();
+            let Some(m) = minutes
+                .parse::<u32>()
+                .ok()
+                .filter(|m| (1..=525_600).contains(m))
+            else {
+                let e = ApiError::invalid(format!(
+                    "minutes: {minutes:?} is not a pause; give 1 to 525600 minutes"
+                ));
+                return err_page(&panel, &s, e);
+            };
+            let until = onus::clock::add(
+                client.now(),
+                std::time::Duration::from_secs(u64::from(m) * 60),
+            );
+            client
+                .pause_key(f.key.trim(), until, f.reason.as_deref().unwrap_or(""))
+                .await
+                .map(|_| ())
+        }
+        "resume" => client.resume_key(&f.key).await.map(|_| ()),
         other => {
             return (
                 StatusCode::UNPROCESSABLE_ENTITY,
