@@ -164,6 +164,7 @@ async fn complete(store: &Arc<dyn Store>, jobs: Vec<onus::Job>) -> Result<(), St
             release_lease: None,
             periodic: None,
             expired_before: None,
+            result: None,
         })
         .collect();
     store.finish(batch).await.map_err(|e| e.to_string())?;

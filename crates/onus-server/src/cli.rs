@@ -629,6 +629,22 @@ fn show(j: &Job) -> String {
         let _ = writeln!(s, "  leased to:      {o} until {}", ts(j.lease_expires_at));
     }
     let _ = writeln!(s, "  args:           {}", j.args);
+    if let Some(p) = &j.progress {
+        let _ = writeln!(
+            s,
+            "  progress:       {:.0}%{}  (at {})",
+            p.fraction * 100.0,
+            if p.message.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", p.message)
+            },
+            ts(Some(p.at))
+        );
+    }
+    if let Some(r) = &j.result {
+        let _ = writeln!(s, "  result:         {r}");
+    }
     let _ = writeln!(
         s,
         "  history:        {}",

@@ -281,6 +281,77 @@ pub struct Job {
     /// Labels to find it by (`GET /jobs?tag=`); they change nothing about how it runs.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// How far its latest attempt got, as its handler or worker last reported it.
+    #[serde(default)]
+    pub progress: Option<Progress>,
+    /// The small JSON result its completing attempt kept ([`MAX_RESULT_BYTES`] at most).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub result: Option<serde_json::Value>,
+}
+
+/// A running attempt's progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Progress {
+    /// How much is done, from 0 to 1.
+    pub fraction: f64,
+    /// What it is doing (at most [`MAX_PROGRESS_MESSAGE`] bytes).
+    #[serde(default)]
+    pub message: String,
+    /// When it was reported.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub at: Timestamp,
+}
+
+/// A progress report or a result the job layer refuses to keep; the message says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReportError(pub String);
+
+/// The longest progress message kept, in bytes.
+pub const MAX_PROGRESS_MESSAGE: usize = 500;
+/// The largest result a job keeps, as JSON text.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+impl Progress {
+    /// A report of `fraction` (0 to 1) done, saying `message`, at `at`; the error says what to fix.
+    pub fn new(fraction: f64, message: &str, at: Timestamp) -> Result<Progress, ReportError> {
+        if !(fraction.is_finite() && (0.0..=1.0).contains(&fraction)) {
+            return Err(ReportError(format!(
+                "progress: {fraction} is not a fraction; give 0 to 1 (0.25 is a quarter done)"
+            )));
+        }
+        if message.len() > MAX_PROGRESS_MESSAGE {
+            return Err(ReportError(format!(
+                "progress message: {} bytes; keep it to {MAX_PROGRESS_MESSAGE}",
+                message.len()
+            )));
+        }
+        Ok(Progress {
+            fraction,
+            message: clean_message(message),
+            at,
+        })
+    }
+}
+
+/// Checks a result to keep: at most [`MAX_RESULT_BYTES`] of JSON and no NUL character (which
+/// PostgreSQL cannot store); the error says what to fix.
+pub fn check_result(v: &serde_json::Value) -> Result<(), ReportError> {
+    let text = v.to_string();
+    if text.len() > MAX_RESULT_BYTES {
+        return Err(ReportError(format!(
+            "result: {} bytes of JSON; a job keeps at most {MAX_RESULT_BYTES} (store larger output elsewhere and keep its address)",
+            text.len()
+        )));
+    }
+    if let Some(at) = find_nul(v, "result") {
+        return Err(ReportError(format!(
+            "{at} contains a NUL character, which cannot be stored"
+        )));
+    }
+    Ok(())
 }
 
 impl Job {

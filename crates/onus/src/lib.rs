@@ -25,7 +25,8 @@ pub mod store;
 
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock, Timestamp};
 pub use job::{
-    DiscardReason, EntryClass, HistoryEntry, Job, JobArgs, JobId, JobState, NewJob, RunAt,
+    DiscardReason, EntryClass, HistoryEntry, Job, JobArgs, JobId, JobState, NewJob, Progress,
+    ReportError, RunAt,
 };
 pub use limits::{KeyTemplate, RateWindow, TemplateError, WhenSpent};
 pub use outcome::{JobError, JobResult, SnoozeUntil};

@@ -135,6 +135,7 @@ impl LeaseAsk<'_> {
             release_lease: None,
             periodic: None,
             expired_before: None,
+            result: None,
         }
     }
 }

@@ -25,6 +25,8 @@ mod pauses;
 mod periodic;
 #[path = "conformance/postgres_only.rs"]
 mod postgres_only;
+#[path = "conformance/progress.rs"]
+mod progress;
 #[path = "conformance/regressions.rs"]
 mod regressions;
 #[path = "conformance/sqlite_only.rs"]
@@ -80,6 +82,9 @@ onus_testkit::both!(
                 a_paused_key_holds_its_jobs_until_the_pause_ends,
                 a_handler_that_pauses_its_key_holds_the_others_and_a_resume_frees_them,
                 an_operators_pause_is_replaced_and_a_jobs_only_lengthened,
+            ],
+            progress: [
+                progress_and_a_result_are_kept_with_the_job,
             ],
             periodic: [
                 interval_enqueues_once_per_period_across_restarts,

@@ -84,6 +84,7 @@ impl World {
             release_lease: job.lease_key.clone(),
             periodic: None,
             expired_before: None,
+            result: None,
         }
     }
 

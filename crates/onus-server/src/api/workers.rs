@@ -104,26 +104,32 @@ pub async fn claim(
     }))
 }
 
-/// The token of the lease an answer is for.
+/// A completion, with the small JSON result to keep with the job if any.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LeaseBody {
+pub struct CompleteBody {
     /// The `lease_token` the claim answered.
     pub lease_token: String,
+    /// Kept with the job (`GET /jobs/{id}`): at most 64 KiB of JSON.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
 }
 
 /// Completes a claimed job.
-#[utoipa::path(post, path = "/jobs/{id}/complete", tag = "workers", request_body = LeaseBody,
+#[utoipa::path(post, path = "/jobs/{id}/complete", tag = "workers", request_body = CompleteBody,
     params(("id" = i64, Path, description = "the job's id")),
     responses((status = 200, body = Job), (status = 404, body = super::error::ErrorBody), (status = 409, description = "the lease is no longer current", body = super::error::ErrorBody)))]
 pub async fn complete(
     State(app): State<App>,
     Path(id): Path<String>,
-    Body(body): Body<LeaseBody>,
+    Body(body): Body<CompleteBody>,
 ) -> Result<Json<Job>, ApiError> {
     let id = job_id(&id)?;
     Ok(Json(
-        app.client.answer(id, &body.lease_token, Ok(())).await?,
+        app.client
+            .answer_keeping(id, &body.lease_token, Ok(()), body.result)
+            .await?,
     ))
 }
 
@@ -224,17 +230,43 @@ pub struct BeatAnswer {
     pub cancel_requested: bool,
 }
 
-/// Renews the lease on a long job, and says whether a cancel was asked for.
-#[utoipa::path(post, path = "/jobs/{id}/heartbeat", tag = "workers", request_body = LeaseBody,
+/// A heartbeat, with the worker's progress if it reports one.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BeatBody {
+    /// The `lease_token` the claim answered.
+    pub lease_token: String,
+    /// How much is done, from 0 to 1 (shown with the job until the next report).
+    #[serde(default)]
+    pub progress: Option<f64>,
+    /// What it is doing (with `progress`; at most 500 bytes).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// Renews the lease on a long job, records its progress, and says whether a cancel was asked for.
+#[utoipa::path(post, path = "/jobs/{id}/heartbeat", tag = "workers", request_body = BeatBody,
     params(("id" = i64, Path, description = "the job's id")),
     responses((status = 200, body = BeatAnswer), (status = 404, body = super::error::ErrorBody), (status = 409, body = super::error::ErrorBody)))]
 pub async fn heartbeat(
     State(app): State<App>,
     Path(id): Path<String>,
-    Body(body): Body<LeaseBody>,
+    Body(body): Body<BeatBody>,
 ) -> Result<Json<BeatAnswer>, ApiError> {
     let id = job_id(&id)?;
-    let b = app.client.heartbeat_lease(id, &body.lease_token).await?;
+    let progress = match (body.progress, &body.message) {
+        (Some(f), m) => Some((f, m.as_deref().unwrap_or(""))),
+        (None, Some(_)) => {
+            return Err(ApiError::invalid(
+                "message: give it with progress (a fraction from 0 to 1)",
+            ))
+        }
+        (None, None) => None,
+    };
+    let b = app
+        .client
+        .heartbeat_lease(id, &body.lease_token, progress)
+        .await?;
     Ok(Json(BeatAnswer {
         lease_expires_at: b.lease_expires_at,
         cancel_requested: b.cancel_requested,

@@ -486,6 +486,16 @@ pub async fn job(
             dt { "Created" } dd { (when(j.created_at)) }
             @if let Some(t) = j.finalized_at { dt { "Finished" } dd { (when(t)) } }
             @if !j.tags.is_empty() { dt { "Tags" } dd { (j.tags.join(", ")) } }
+            @if let Some(k) = &j.lease_key { dt { "Lease key" } dd { code { (k) } } }
+            @if let Some(p) = &j.progress {
+                dt { "Progress" }
+                dd class="progress" {
+                    progress max="1" value=(p.fraction) { (format!("{:.0}%", p.fraction * 100.0)) }
+                    " " (format!("{:.0}%", p.fraction * 100.0))
+                    @if !p.message.is_empty() { ", " (p.message) }
+                    " (" (when(p.at)) ")"
+                }
+            }
         }
         @let retry = onus::store::RETRYABLE_STATES.contains(&j.state);
         @let cancel = onus::store::CANCELLABLE_STATES.contains(&j.state);
@@ -504,6 +514,10 @@ pub async fn job(
         }
         h2 { "Args" }
         pre class="args" { (args) }
+        @if let Some(r) = &j.result {
+            h2 { "Result" }
+            pre class="result" { (serde_json::to_string_pretty(r).unwrap_or_default()) }
+        }
         h2 { "History" }
         @if j.errors.is_empty() { p { "No failed attempt or snooze." } }
         @else {

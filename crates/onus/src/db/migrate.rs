@@ -62,7 +62,8 @@ pub static JOBS: Line = Line {
         "003_counts.sql",
         "004_drop_running_by_owner.sql",
         "005_inserts_count_themselves.sql",
-        "006_key_pauses.sql"
+        "006_key_pauses.sql",
+        "007_progress_and_results.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
@@ -71,7 +72,8 @@ pub static JOBS: Line = Line {
         "003_counts.sql",
         "004_drop_running_by_owner.sql",
         "005_counted_update_without_join.sql",
-        "006_key_pauses.sql"
+        "006_key_pauses.sql",
+        "007_progress_and_results.sql"
     ),
 };
 

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Timestamp};
 use crate::db::{AnyTx, LocalFuture, Tx};
-use crate::job::{decode_args, Job, JobArgs};
+use crate::job::{decode_args, Job, JobArgs, Progress, ReportError};
 use crate::limits::{RateWindow, WhenSpent};
 use crate::outcome::Transition;
 use crate::outcome::{JobError, JobResult};
@@ -178,6 +178,8 @@ pub struct JobContext {
     pub(crate) held_lease: Option<String>,
     /// Set once [`JobContext::complete_with`] committed the job's completion.
     pub(crate) completed: Arc<AtomicBool>,
+    /// The result to keep if this attempt completes the job ([`JobContext::set_result`]).
+    pub(crate) result: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
 }
 
 impl fmt::Debug for JobContext {
@@ -209,6 +211,42 @@ impl JobContext {
     /// process's workers at once).
     pub fn client(&self) -> &super::Client {
         &self.client
+    }
+
+    /// Reports how far this attempt got: `fraction` from 0 to 1 and a short message, shown with
+    /// the job (API, CLI, panel) until the next report. Each report is one write to the
+    /// database, so report at steps that matter (every few percent), not for every item. A
+    /// report the database does not take is logged and dropped: progress never fails the job.
+    pub async fn progress(&self, fraction: f64, message: &str) -> Result<(), ReportError> {
+        let p = Progress::new(fraction, message, self.clock.now())?;
+        let owner = self.job.lease_owner.clone().unwrap_or_default();
+        if let Err(e) = self
+            .store
+            .report_progress(self.job.id, &owner, self.job.attempt, &p)
+            .await
+        {
+            tracing::warn!(job = self.job.id, error = %e, "progress not recorded");
+        }
+        Ok(())
+    }
+
+    /// Keeps `value` as the job's result if this attempt completes it (written with the
+    /// completion; a later call replaces it). At most [`crate::job::MAX_RESULT_BYTES`] of JSON:
+    /// keep large output elsewhere and its address here.
+    pub fn set_result(&self, value: impl serde::Serialize) -> Result<(), ReportError> {
+        let v = serde_json::to_value(value)
+            .map_err(|e| ReportError(format!("result does not serialize to JSON: {e}")))?;
+        crate::job::check_result(&v)?;
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        Ok(())
+    }
+
+    /// The result set so far, to write with the completion.
+    pub(crate) fn kept_result(&self) -> Option<serde_json::Value> {
+        self.result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// True once the job was cancelled; the attempt then ends `cancelled` unless it succeeds.
@@ -291,12 +329,15 @@ impl JobContext {
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let finish = super::worker::finish_of(
-            &self.client.shared,
-            &self.job,
-            Transition::Complete,
-            self.held_lease.clone(),
-        );
+        let finish = crate::store::Finish {
+            result: self.kept_result(),
+            ..super::worker::finish_of(
+                &self.client.shared,
+                &self.job,
+                Transition::Complete,
+                self.held_lease.clone(),
+            )
+        };
         let id = self.job.id;
         let out = crate::db::Db::new(self.store.clone())
             .tx(move |tx| {

@@ -236,8 +236,18 @@ impl Client {
         Ok((job, lease))
     }
 
-    /// Renews the lease on a job an outside worker runs, for its kind's timeout from now.
-    pub async fn heartbeat_lease(&self, id: JobId, token: &str) -> Result<Beat, Error> {
+    /// Renews the lease on a job an outside worker runs, for its kind's timeout from now, and
+    /// records its progress if it reports one (`fraction` from 0 to 1 and a message).
+    pub async fn heartbeat_lease(
+        &self,
+        id: JobId,
+        token: &str,
+        progress: Option<(f64, &str)>,
+    ) -> Result<Beat, Error> {
+        let progress = progress
+            .map(|(f, m)| crate::job::Progress::new(f, m, self.now()))
+            .transpose()
+            .map_err(|e| Error::Invalid(e.0))?;
         if !super::skew::Skew::within_bound_now(&self.shared).await {
             return Err(off_clock(&self.shared));
         }
@@ -259,6 +269,16 @@ impl Client {
         if !r.renewed.contains(&id) {
             return Err(stale(id));
         }
+        if let Some(p) = &progress {
+            if !self
+                .shared
+                .store
+                .report_progress(id, &lease.owner, lease.attempt, p)
+                .await?
+            {
+                return Err(stale(id));
+            }
+        }
         Ok(Beat {
             lease_expires_at: until,
             cancel_requested: r.cancel.contains(&id),
@@ -269,6 +289,21 @@ impl Client {
     /// the job; an error is classified and the kind's policy decides, exactly as for a handler
     /// in the process. Returns the job as it now stands.
     pub async fn answer(&self, id: JobId, token: &str, result: JobResult) -> Result<Job, Error> {
+        self.answer_keeping(id, token, result, None).await
+    }
+
+    /// [`Client::answer`], keeping `kept` as the job's result when the answer completes it
+    /// (checked by [`crate::job::check_result`]; ignored for any other answer).
+    pub async fn answer_keeping(
+        &self,
+        id: JobId,
+        token: &str,
+        result: JobResult,
+        kept: Option<serde_json::Value>,
+    ) -> Result<Job, Error> {
+        if let Some(v) = &kept {
+            crate::job::check_result(v).map_err(|e| Error::Invalid(e.0))?;
+        }
         let (job, _) = self.leased(id, token).await?;
         let policy = self.pull_kind(&job.kind)?.policy.clone();
         let now = self.now();
@@ -281,7 +316,11 @@ impl Client {
         super::metrics::attempt(&job.kind, &transition, took);
         // A job with a lease key took it at its claim; its answer releases it.
         let release = job.lease_key.clone();
-        let finish = super::worker::finish_of(&self.shared, &job, transition, release);
+        let result = kept.filter(|_| matches!(transition, Transition::Complete));
+        let finish = crate::store::Finish {
+            result,
+            ..super::worker::finish_of(&self.shared, &job, transition, release)
+        };
         let applied = self.shared.store.finish(vec![finish]).await?;
         if applied.first() != Some(&true) {
             return Err(stale(id));

@@ -701,6 +701,7 @@ async fn execute(
     started.fetch_add(1, Ordering::Relaxed);
     let job = Arc::new(job);
     let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let kept = Arc::new(std::sync::Mutex::new(None));
     let ctx = JobContext {
         job: job.clone(),
         cancel: cancel.clone(),
@@ -711,6 +712,7 @@ async fn execute(
         },
         held_lease: release_lease.clone(),
         completed: completed.clone(),
+        result: kept.clone(),
     };
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
     let began = Instant::now();
@@ -780,10 +782,21 @@ async fn execute(
     } else {
         transition
     };
+    // A completion keeps the result its handler set (one completed in the handler's own
+    // transaction wrote it there).
+    let result = match transition {
+        Transition::Complete if !pre_completed => {
+            kept.lock().unwrap_or_else(|e| e.into_inner()).take()
+        }
+        _ => None,
+    };
     send_outcome(
         shared,
         finish,
-        finish_of(shared, &job, transition, release_lease),
+        Finish {
+            result,
+            ..finish_of(shared, &job, transition, release_lease)
+        },
         hold,
         Some((job.kind.clone(), Some(began.elapsed()))),
         pre_completed,
@@ -830,6 +843,7 @@ pub(crate) fn finish_of(
         release_lease,
         periodic,
         expired_before: None,
+        result: None,
     }
 }
 

@@ -222,6 +222,9 @@ pub struct Finish {
     pub periodic: Option<String>,
     /// For a rescue: apply only if the lease (as renewed by heartbeats) expired before this time.
     pub expired_before: Option<Timestamp>,
+    /// For a completion: the small JSON result to keep with the job (checked by
+    /// [`crate::job::check_result`]).
+    pub result: Option<serde_json::Value>,
 }
 
 impl Finish {
@@ -786,6 +789,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Until when lease `key` is held (the latest slot), if it is held at all.
     async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>>;
+
+    /// Records the progress of attempt `attempt` of job `id`, run by `owner`; false when that
+    /// attempt no longer holds the job (nothing is written).
+    async fn report_progress(
+        &self,
+        id: JobId,
+        owner: &str,
+        attempt: u32,
+        progress: &crate::job::Progress,
+    ) -> StoreResult<bool>;
 
     /// Pauses lease key `key` until `until`: its waiting jobs due by then are held (`scheduled`
     /// until the pause ends, no attempt spent and nothing written to their history), and a job of

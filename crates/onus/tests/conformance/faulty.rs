@@ -213,6 +213,18 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.pause_key(key, until, now, reason, mode).await
     }
+    async fn report_progress(
+        &self,
+        id: onus::JobId,
+        owner: &str,
+        attempt: u32,
+        progress: &onus::Progress,
+    ) -> StoreResult<bool> {
+        self.gate().await;
+        self.inner
+            .report_progress(id, owner, attempt, progress)
+            .await
+    }
     async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
         self.gate().await;
         self.inner.resume_key(key, now).await

@@ -665,6 +665,7 @@ async fn regression_finishers_take_lease_key_locks_in_one_order() {
         release_lease: Some(key.into()),
         periodic: None,
         expired_before: None,
+        result: None,
     };
     let lock = sql(&env.url).await;
     lock.execute(

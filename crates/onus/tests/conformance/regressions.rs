@@ -192,6 +192,7 @@ pub async fn regression_a_lease_lost_elsewhere_stops_the_attempt_at_once(env: En
             release_lease: None,
             periodic: None,
             expired_before: None,
+            result: None,
         }])
         .await
         .unwrap();
@@ -604,13 +605,13 @@ pub async fn regression_a_clock_ahead_never_rescues_healthy_jobs(env: Env) {
     let c = claimed.iter().find(|c| c.job.id == mine).unwrap();
     let refused = b
         .client()
-        .heartbeat_lease(mine, &c.lease_token)
+        .heartbeat_lease(mine, &c.lease_token, None)
         .await
         .unwrap_err();
     assert_eq!(refused.fault(), onus::Fault::Service, "{refused}");
     assert!(refused.to_string().contains("clock"), "{refused}");
     a.client()
-        .heartbeat_lease(mine, &c.lease_token)
+        .heartbeat_lease(mine, &c.lease_token, None)
         .await
         .unwrap();
     // Several of b's rescue passes go by while a renews its lease.

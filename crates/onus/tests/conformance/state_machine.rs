@@ -132,6 +132,7 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                     release_lease: None,
                     periodic: None,
                     expired_before: None,
+                    result: None,
                 };
                 prop_assert_eq!(env.store.finish(vec![f]).await.unwrap(), vec![true]);
                 let after = env.job(id).await;

@@ -134,7 +134,7 @@ pub(crate) const MIGRATION_LOCK: i64 = 0x6f6e_7573;
 
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
-    lease_expires_at, cancel_requested, tags";
+    lease_expires_at, cancel_requested, tags, progress, result";
 
 /// The PostgreSQL store.
 #[derive(Debug)]
@@ -272,7 +272,24 @@ fn job_from(r: &Row) -> StoreResult<Job> {
         lease_expires_at: col(r, 18)?,
         cancel_requested: col(r, 19)?,
         tags: serde_json::from_value(tags).map_err(|e| bad("tags", e.to_string()))?,
+        progress: match named(r, "progress") {
+            Some(i) => col::<Option<serde_json::Value>>(r, i)?
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(|e| bad("progress", e.to_string()))?,
+            None => None,
+        },
+        result: match named(r, "result") {
+            Some(i) => col(r, i)?,
+            None => None,
+        },
     })
+}
+
+/// The position of column `name` in `r`, when the statement returned it (claims do not return
+/// a job's progress or result).
+fn named(r: &Row, name: &str) -> Option<usize> {
+    r.columns().iter().position(|c| c.name() == name)
 }
 
 fn jobs_from(rows: &[Row]) -> StoreResult<Vec<Job>> {
@@ -723,7 +740,8 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
             snoozes = snoozes + $5, finalized_at = COALESCE($6, finalized_at),
             discard_reason = COALESCE($7, discard_reason),
             errors = CASE WHEN $8::jsonb IS NULL THEN errors ELSE errors || jsonb_build_array($8::jsonb) END,
-            lease_wait = $9, lease_owner = NULL, lease_expires_at = NULL
+            lease_wait = $9, lease_owner = NULL, lease_expires_at = NULL,
+            result = CASE WHEN $2 = 'completed' THEN COALESCE($10::jsonb, result) ELSE result END
          WHERE id = $1",
         &[
             &f.id,
@@ -735,6 +753,7 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
             &w.discard_reason.map(|r| r.as_str()),
             &entry,
             &w.lease_wait,
+            &f.result,
         ],
     )
     .await
@@ -1117,6 +1136,7 @@ impl Store for PostgresStore {
             if matches!(f.transition, Transition::Complete)
                 && f.periodic.is_none()
                 && f.expired_before.is_none()
+                && f.result.is_none()
             {
                 let e = plain
                     .entry(f.owner.as_str())
@@ -1453,6 +1473,7 @@ impl Store for PostgresStore {
                 release_lease: None,
                 periodic: None,
                 expired_before: None,
+                result: None,
             };
             finish_one(&*tx, &hold, false).await?;
             // Not waiting for the disk, as for a busy key below.
@@ -1513,6 +1534,28 @@ impl Store for PostgresStore {
         };
         tx.commit().await.map_err(q)?;
         Ok(decision)
+    }
+
+    async fn report_progress(
+        &self,
+        id: JobId,
+        owner: &str,
+        attempt: u32,
+        progress: &crate::job::Progress,
+    ) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let p = serde_json::to_value(progress).map_err(|e| StoreError::Query(e.to_string()))?;
+        // Found by id; coalesce() keeps the planner off the partial indexes of running jobs, as
+        // in `finish`.
+        let n = c
+            .execute(
+                "UPDATE onus_jobs SET progress = $4
+                 WHERE id = $1 AND coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $2 AND attempt = $3",
+                &[&id, &owner, &(attempt as i32), &p],
+            )
+            .await
+            .map_err(q)?;
+        Ok(n > 0)
     }
 
     async fn pause_key(

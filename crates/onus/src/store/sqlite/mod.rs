@@ -589,7 +589,7 @@ pub(crate) fn ts(v: Option<i64>) -> Option<Timestamp> {
 
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
-    lease_expires_at, cancel_requested, tags";
+    lease_expires_at, cancel_requested, tags, progress, result";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
     let bad = |i: usize, e: String| {
@@ -625,6 +625,23 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         lease_expires_at: ts(r.get(18)?),
         cancel_requested: r.get(19)?,
         tags: serde_json::from_str(&tags).map_err(|e| bad(20, e.to_string()))?,
+        // Claims do not return a job's progress or result.
+        progress: match r.as_ref().column_index("progress") {
+            Ok(i) => r
+                .get::<_, Option<String>>(i)?
+                .map(|t| serde_json::from_str(&t))
+                .transpose()
+                .map_err(|e| bad(i, e.to_string()))?,
+            Err(_) => None,
+        },
+        result: match r.as_ref().column_index("result") {
+            Ok(i) => r
+                .get::<_, Option<String>>(i)?
+                .map(|t| serde_json::from_str(&t))
+                .transpose()
+                .map_err(|e| bad(i, e.to_string()))?,
+            Err(_) => None,
+        },
     })
 }
 
@@ -833,6 +850,8 @@ fn fresh_job(id: JobId, r: InsertRow) -> Job {
         lease_expires_at: None,
         cancel_requested: false,
         tags: r.tags,
+        progress: None,
+        result: None,
     }
 }
 
@@ -866,7 +885,8 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
                 snoozes = snoozes + ?5, finalized_at = COALESCE(?6, finalized_at),
                 discard_reason = COALESCE(?7, discard_reason),
                 errors = CASE WHEN ?8 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(?8)) END,
-                lease_wait = ?9, lease_owner = NULL, lease_expires_at = NULL
+                lease_wait = ?9, lease_owner = NULL, lease_expires_at = NULL,
+                result = CASE WHEN ?2 = 'completed' THEN COALESCE(?10, result) ELSE result END
              WHERE id = ?1",
         )
         .map_err(q)?
@@ -880,6 +900,7 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
             w.discard_reason.map(|r| r.as_str()),
             entry,
             w.lease_wait,
+            f.result.as_ref().map(|v| v.to_string()),
         ])
         .map_err(q)?;
     if n == 0 {
@@ -1453,6 +1474,7 @@ impl Store for SqliteStore {
                     release_lease: None,
                     periodic: None,
                     expired_before: None,
+                    result: None,
                 };
                 finish_one(conn, &hold, false)?;
                 return Ok(LeaseDecision::Paused(until));
@@ -1488,6 +1510,29 @@ impl Store for SqliteStore {
                 Transition::Snooze { run_at, .. } => run_at,
                 _ => now,
             }))
+        })
+        .await
+    }
+
+    async fn report_progress(
+        &self,
+        id: JobId,
+        owner: &str,
+        attempt: u32,
+        progress: &crate::job::Progress,
+    ) -> StoreResult<bool> {
+        let owner = owner.to_string();
+        let p = serde_json::to_string(progress).map_err(|e| StoreError::Query(e.to_string()))?;
+        self.write(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE onus_jobs SET progress = ?4
+                     WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND attempt = ?3",
+                )
+                .map_err(q)?
+                .execute(params![id, owner, attempt, p])
+                .map_err(q)?;
+            Ok(n > 0)
         })
         .await
     }
