@@ -294,6 +294,47 @@ async fn scenario(backend: Backend, d: &Driver) {
     .await;
     wait_page(&c, &format!("{}/events/browser-1", w.base), "completed").await;
     shoot(&c, &format!("{tag}-event")).await;
+    // A pull worker's progress while it runs, then the result it kept, on the job's page.
+    let (_, report) = w
+        .post(
+            "/api/v1/jobs",
+            json!({"kind": "report.build", "args": {"month": "2026-11"}}),
+        )
+        .await;
+    let rid = report["id"].as_i64().unwrap();
+    let (_, claimed) = w
+        .post(
+            "/api/v1/queues/reports/claim",
+            json!({"kinds": ["report.build"], "limit": 1000, "wait": 0}),
+        )
+        .await;
+    let token = claimed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == rid)
+        .unwrap()["lease_token"]
+        .clone();
+    w.post(
+        &format!("/api/v1/jobs/{rid}/heartbeat"),
+        json!({"lease_token": token, "progress": 0.4, "message": "page 4 of 10"}),
+    )
+    .await;
+    wait_page(&c, &format!("{}/jobs/{rid}", w.base), "40%, page 4 of 10").await;
+    shoot(&c, &format!("{tag}-job-progress")).await;
+    w.post(
+        &format!("/api/v1/jobs/{rid}/complete"),
+        json!({"lease_token": token, "result": {"pages": 10, "url": "https://reports.example/2026-11"}}),
+    )
+    .await;
+    wait_page(
+        &c,
+        &format!("{}/jobs/{rid}", w.base),
+        "https://reports.example/2026-11",
+    )
+    .await;
+    wait_text(&c, "main", "Result").await;
+    shoot(&c, &format!("{tag}-job-result")).await;
     // Pause a key from the overview: its waiting job is held and counted; resume it.
     let (_, keyed) = w
         .post(

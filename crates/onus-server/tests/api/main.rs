@@ -51,6 +51,7 @@ onus_testkit::both!(
     ],
     workers: [
         a_claimed_job_is_answered_once_with_its_lease,
+        a_pull_worker_reports_progress_and_keeps_a_result,
         a_snooze_spends_no_attempt_and_a_discard_ends_the_job,
         a_late_answer_after_a_rescue_is_refused,
         a_cancel_reaches_the_worker_through_its_heartbeat,

@@ -22,6 +22,9 @@ const PROMISED: &[&str] = &[
     "POST /queues/{name}/pause",
     "POST /queues/{name}/resume",
     "GET /periodic",
+    "GET /keys",
+    "POST /keys/{key}/pause",
+    "POST /keys/{key}/resume",
     "POST /endpoints",
     "GET /endpoints",
     "GET /endpoints/{id}",
@@ -59,7 +62,10 @@ pub async fn every_documented_route_is_served_and_every_route_documented(w: Worl
                 path.trim_start_matches("/api/v1")
             ));
             // Served: the router answers it (not the fallback's 404, not 405).
-            let concrete = path.replace("{id}", "1").replace("{name}", "default");
+            let concrete = path
+                .replace("{id}", "1")
+                .replace("{name}", "default")
+                .replace("{key}", "k");
             let (s, body) = w.call(&method.to_uppercase(), &concrete, None).await;
             assert_ne!(s, 405, "{method} {path} is documented but not routed");
             assert!(

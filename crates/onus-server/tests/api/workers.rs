@@ -315,3 +315,60 @@ pub async fn the_readme_python_worker_drains_a_thousand_jobs_once_each(w: World)
     assert_eq!(done.len(), 1000);
     assert!(done.iter().all(|j| j["attempt"] == 1), "no job ran twice");
 }
+
+/// A pull worker reports progress with its heartbeat and keeps a result with its completion;
+/// both are on the job. Reports out of range, and results over the limit, are refused.
+pub async fn a_pull_worker_reports_progress_and_keeps_a_result(w: World) {
+    let (_, j) = w
+        .post("/api/v1/jobs", json!({"kind": "report.build", "args": {}}))
+        .await;
+    let id = j["id"].as_i64().unwrap();
+    let got = claim(&w, "reports", &["report.build"], 1, 0.0).await;
+    let token = got[0]["lease_token"].clone();
+    let (s, b) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/heartbeat"),
+            json!({"lease_token": token, "progress": 0.4, "message": "page 4 of 10"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (_, j) = w.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(
+        (&j["progress"]["fraction"], &j["progress"]["message"]),
+        (&json!(0.4), &json!("page 4 of 10")),
+        "{j}"
+    );
+    for (body, says) in [
+        (json!({"lease_token": token, "progress": 2}), "0 to 1"),
+        (
+            json!({"lease_token": token, "message": "alone"}),
+            "with progress",
+        ),
+    ] {
+        let (s, e) = w.post(&format!("/api/v1/jobs/{id}/heartbeat"), body).await;
+        assert_eq!(s, 422, "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    let huge = "x".repeat(70_000);
+    let (s, e) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/complete"),
+            json!({"lease_token": token, "result": {"blob": huge}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(e.to_string().contains("at most"), "{e}");
+    let (s, done) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/complete"),
+            json!({"lease_token": token, "result": {"pages": 10, "url": "https://reports.example/7"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    assert_eq!(done["state"], "completed");
+    assert_eq!(
+        done["result"],
+        json!({"pages": 10, "url": "https://reports.example/7"})
+    );
+    assert_eq!(done["progress"]["fraction"], json!(0.4));
+}
