@@ -160,6 +160,8 @@ pub enum EntryClass {
     Dropped,
     /// The job was cancelled by hand.
     Cancelled,
+    /// A retry waited for the kind's retry budget (no attempt spent).
+    Deferred,
 }
 
 /// One failed attempt or snooze in a job's history.

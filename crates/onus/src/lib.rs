@@ -14,6 +14,7 @@
 //! - [`db`]: the database layer components build on: statements, typed rows, transactions, migrations.
 //! - [`runtime`]: client, workers, rescuer, periodic jobs, leader election, retention.
 
+pub mod budget;
 pub mod clock;
 pub mod db;
 pub mod job;
@@ -23,6 +24,7 @@ pub mod policy;
 pub mod runtime;
 pub mod store;
 
+pub use budget::RetryBudget;
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock, Timestamp};
 pub use job::{
     DiscardReason, EntryClass, HistoryEntry, Job, JobArgs, JobId, JobState, NewJob, Progress,

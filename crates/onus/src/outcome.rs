@@ -241,6 +241,14 @@ pub enum Transition {
     },
     /// Handed back unfinished at shutdown: the attempt is given back, due now.
     Return,
+    /// A retry held back by its kind's spent retry budget before it started: the attempt is
+    /// given back and the job waits (as `scheduled`) until the budget allows.
+    Defer {
+        /// When the budget allows it.
+        run_at: Timestamp,
+        /// The history entry (class `deferred`).
+        entry: HistoryEntry,
+    },
 }
 
 /// The columns one recorded attempt writes: a [`Transition`] lowered by the job layer, so a store
@@ -307,7 +315,9 @@ pub fn row_write(
                 entry.message
             ))
         }
-        Transition::Return | Transition::Hold { .. } if cancel_requested => {
+        Transition::Return | Transition::Hold { .. } | Transition::Defer { .. }
+            if cancel_requested =>
+        {
             cancelled("cancelled by request".into())
         }
         t => t.clone(),
@@ -378,6 +388,13 @@ pub fn row_write(
             run_at: Some(now),
             give_back_attempt: true,
             wake: true,
+            ..base
+        },
+        Transition::Defer { run_at, entry } => RowWrite {
+            state: S::Scheduled,
+            run_at: Some(*run_at),
+            give_back_attempt: true,
+            entry: Some(entry.cleaned()),
             ..base
         },
         // `lease_wait` on a scheduled job marks it held by its key's pause: a resume finds it.

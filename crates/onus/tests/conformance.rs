@@ -9,6 +9,8 @@ mod harness;
 
 #[path = "conformance/actions.rs"]
 mod actions;
+#[path = "conformance/budget.rs"]
+mod budget;
 #[path = "conformance/counts.rs"]
 mod counts;
 #[path = "conformance/durability.rs"]
@@ -82,6 +84,9 @@ onus_testkit::both!(
                 a_paused_key_holds_its_jobs_until_the_pause_ends,
                 a_handler_that_pauses_its_key_holds_the_others_and_a_resume_frees_them,
                 an_operators_pause_is_replaced_and_a_jobs_only_lengthened,
+            ],
+            budget: [
+                a_spent_retry_budget_defers_retries_and_loses_nothing,
             ],
             progress: [
                 progress_and_a_result_are_kept_with_the_job,

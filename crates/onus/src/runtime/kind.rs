@@ -45,6 +45,7 @@ pub struct Kind {
     pub(crate) queue: String,
     pub(crate) lease_slots: u32,
     pub(crate) lease_key: Option<crate::limits::KeyTemplate>,
+    pub(crate) retry_budget: Option<crate::budget::RetryBudget>,
     pub(crate) handler: Option<Arc<dyn Handler>>,
     pub(crate) check: Option<ArgsCheck>,
 }
@@ -74,6 +75,7 @@ impl Kind {
             queue: crate::DEFAULT_QUEUE.into(),
             lease_slots: 1,
             lease_key: None,
+            retry_budget: None,
             handler: None,
             check: None,
         }
@@ -100,6 +102,14 @@ impl Kind {
     /// (`"customer:{customer_id}"`); a job whose args lack a field of it is refused at insert.
     pub fn lease_key_from(mut self, t: crate::limits::KeyTemplate) -> Self {
         self.lease_key = Some(t);
+        self
+    }
+
+    /// Budgets this kind's retries (replacing the runtime's default budget, [`crate::Options`]):
+    /// of the attempts it starts in any window, at most the budget's share may be retries; a
+    /// retry over it is deferred until the budget allows (see [`crate::budget`]).
+    pub fn retry_budget(mut self, b: crate::budget::RetryBudget) -> Self {
+        self.retry_budget = Some(b);
         self
     }
 

@@ -26,6 +26,7 @@ pub fn outcome_of(t: &Transition) -> &'static str {
         Transition::Cancel { .. } => "cancelled",
         Transition::Return => "returned",
         Transition::Hold { .. } => "held",
+        Transition::Defer { .. } => "deferred",
     }
 }
 

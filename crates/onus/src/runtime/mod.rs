@@ -72,6 +72,9 @@ pub struct Options {
     pub periodic_catch_up: Duration,
     /// How long a cancelled handler may take to return before it is dropped.
     pub cancel_grace: Duration,
+    /// Every kind's retry budget unless the kind has its own ([`Kind::retry_budget`]); none by
+    /// default.
+    pub retry_budget: Option<crate::budget::RetryBudget>,
 }
 
 impl Default for Options {
@@ -88,6 +91,7 @@ impl Default for Options {
             claim_batch: 500,
             periodic_catch_up: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(5),
+            retry_budget: None,
         }
     }
 }
@@ -188,6 +192,7 @@ pub(crate) struct Shared {
     pub(crate) hub: Hub,
     pub(crate) owner: String,
     pub(crate) skew: skew::Skew,
+    pub(crate) budgets: crate::budget::Budgets,
 }
 
 impl std::fmt::Debug for Shared {
@@ -203,6 +208,35 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     /// Kinds this process can run.
+    /// Admits the attempt `job` (as claimed) is about to start under its kind's retry budget:
+    /// `None` to run it, or the deferral to write when the budget is spent.
+    pub(crate) fn admit(&self, job: &crate::Job) -> Option<crate::outcome::Transition> {
+        let budget = self
+            .kinds
+            .get(&job.kind)
+            .and_then(|k| k.retry_budget)
+            .or(self.options.retry_budget)?;
+        let now = self.clock.now();
+        let until = self
+            .budgets
+            .admit(&job.kind, &budget, job.attempt > 1, now)
+            .err()?;
+        Some(crate::outcome::Transition::Defer {
+            run_at: until,
+            entry: crate::job::HistoryEntry {
+                at: now,
+                attempt: job.attempt,
+                class: crate::job::EntryClass::Deferred,
+                message: format!(
+                    "retry deferred to {until}: the kind's retry budget ({:.0}% of attempts per {}, at least {}) is spent",
+                    budget.ratio * 100.0,
+                    crate::policy::human(budget.window),
+                    budget.min_per_window
+                ),
+            },
+        })
+    }
+
     /// Whether this process runs `kind` (it has a handler here, not an outside worker).
     pub(crate) fn runs(&self, kind: &str) -> bool {
         self.kinds.get(kind).is_some_and(|k| k.handler.is_some())
@@ -382,6 +416,7 @@ impl Builder {
             hub: Hub::default(),
             owner,
             skew: skew::Skew::default(),
+            budgets: Default::default(),
         };
         for q in shared.queues.keys() {
             shared.hub.queue(q);

@@ -180,8 +180,8 @@ impl Client {
         }
     }
 
-    /// Takes the lease key of each claimed job that has one, as a worker in the process does
-    /// before running it: a job whose key is busy is snoozed until a slot frees, one whose key is
+    /// Defers claimed retries over their kind's retry budget, and takes the lease key of each
+    /// claimed job that has one, as a worker in the process does before running it: a job whose key is busy is snoozed until a slot frees, one whose key is
     /// paused is held until the pause ends, and neither is handed out. A job whose key cannot be
     /// taken (the database failed) is handed back, due now.
     async fn take_lease_keys(
@@ -193,6 +193,14 @@ impl Client {
     ) -> Vec<Job> {
         let mut out = Vec::with_capacity(jobs.len());
         for job in jobs {
+            // A retry over its kind's budget waits for it, before it takes anything.
+            if let Some(defer) = self.shared.admit(&job) {
+                let back = super::worker::finish_of(&self.shared, &job, defer, None);
+                if let Err(e) = self.shared.store.finish(vec![back]).await {
+                    tracing::warn!(job = job.id, error = %e, "cannot defer the retry; its lease will run out");
+                }
+                continue;
+            }
             let Some(key) = job.lease_key.clone() else {
                 out.push(job);
                 continue;

@@ -658,6 +658,11 @@ async fn execute(
         return;
     };
     let policy = &kind.policy;
+    // A retry over its kind's budget waits for it, before it takes anything.
+    if let Some(defer) = shared.admit(&job) {
+        send(shared, finish, finish_of(shared, &job, defer, None), hold);
+        return;
+    }
     let mut release_lease = None;
     if let Some(key) = &job.lease_key {
         let now = shared.clock.now();

@@ -1,0 +1,181 @@
+//! Retry budgets: at most a share of a kind's attempts in a sliding window may be retries.
+//!
+//! The job layer is the one owner of retries, so it is the one place they can be budgeted. A
+//! budget is data (`ratio`, `window`, `min_per_window`) set on a kind or as every kind's default;
+//! off unless set. When an attempt that is a retry (attempt 2 or later) is about to start and the
+//! kind's budget is spent, the attempt does not start: the job is deferred (`scheduled`, its
+//! attempt given back, a `deferred` entry in its history) to when the budget allows, so during a
+//! downstream's outage the job layer sends at most `max(min_per_window, ratio * attempts)` retries
+//! per window. Nothing is dropped: every job still ends retried or discarded.
+//!
+//! Each process keeps its own budget (counting the attempts it starts), as client-side retry
+//! budgets do; N processes allow N times the retries of one.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{self, Timestamp};
+
+/// A retry budget: of the attempts a kind starts in any `window`, at most `ratio` (or
+/// `min_per_window`, whichever allows more) may be retries.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBudget {
+    /// The share of attempts that may be retries, from 0 to 1 (0.2: one in five).
+    pub ratio: f64,
+    /// The sliding window.
+    #[serde(with = "crate::policy::duration_str")]
+    pub window: Duration,
+    /// Retries always allowed per window, however few first attempts there were.
+    #[serde(default)]
+    pub min_per_window: u32,
+}
+
+impl RetryBudget {
+    /// A budget, checked: the error says what to fix.
+    pub fn new(ratio: f64, window: Duration, min_per_window: u32) -> Result<Self, String> {
+        let b = RetryBudget {
+            ratio,
+            window,
+            min_per_window,
+        };
+        b.check()?;
+        Ok(b)
+    }
+
+    /// Whether the budget makes sense; the error says what to fix.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.ratio.is_finite() && (0.0..=1.0).contains(&self.ratio)) {
+            return Err(format!(
+                "retry_budget ratio = {}: give 0 to 1 (0.2 lets one attempt in five be a retry)",
+                self.ratio
+            ));
+        }
+        if self.window < Duration::from_secs(1) || self.window > Duration::from_secs(86_400) {
+            return Err(format!(
+                "retry_budget window = {:?}: give \"1s\" to \"1d\"",
+                crate::policy::human(self.window)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Retries allowed in a window that saw `attempts` attempts (this one included).
+    fn allowance(&self, attempts: usize) -> usize {
+        ((self.ratio * attempts as f64).floor() as usize).max(self.min_per_window as usize)
+    }
+}
+
+/// The attempts one kind started within its window, oldest first: (when, whether a retry).
+#[derive(Debug, Default)]
+struct Window {
+    starts: VecDeque<(Timestamp, bool)>,
+    retries: usize,
+}
+
+impl Window {
+    fn evict(&mut self, before: Timestamp) {
+        while let Some(&(t, retry)) = self.starts.front() {
+            if t > before {
+                break;
+            }
+            self.starts.pop_front();
+            if retry {
+                self.retries -= 1;
+            }
+        }
+    }
+}
+
+/// Every kind's window in this process.
+#[derive(Debug, Default)]
+pub(crate) struct Budgets {
+    windows: Mutex<HashMap<String, Window>>,
+}
+
+/// The gauge of budget pressure: retries in the window over the retries it allows (1 or more:
+/// spent, retries are being deferred).
+pub const PRESSURE: &str = "onus_retry_budget_pressure";
+/// Retries deferred by a spent budget.
+pub const DEFERRALS: &str = "onus_retry_budget_deferrals_total";
+
+impl Budgets {
+    /// Admits an attempt of `kind` starting at `now` (a retry when `retry`) under `budget`:
+    /// `Ok` counts it; `Err(t)` means the budget is spent and the retry should wait until `t`.
+    pub(crate) fn admit(
+        &self,
+        kind: &str,
+        budget: &RetryBudget,
+        retry: bool,
+        now: Timestamp,
+    ) -> Result<(), Timestamp> {
+        let mut all = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let w = all.entry(kind.to_string()).or_default();
+        w.evict(clock::sub(now, budget.window));
+        let allowed = budget.allowance(w.starts.len() + 1);
+        let pressure = (w.retries + usize::from(retry)) as f64 / allowed.max(1) as f64;
+        metrics::gauge!(PRESSURE, "kind" => kind.to_string()).set(pressure);
+        if retry && w.retries + 1 > allowed {
+            metrics::counter!(DEFERRALS, "kind" => kind.to_string()).increment(1);
+            // When the oldest retry in the window leaves it, spread over a tenth of a window so
+            // the deferred retries do not all come back at once.
+            let oldest = w.starts.iter().find(|(_, r)| *r).map_or(now, |(t, _)| *t);
+            let spread = budget
+                .window
+                .mul_f64(rand::thread_rng().gen_range(0.0..0.1));
+            return Err(clock::trunc(clock::add(
+                clock::add(oldest, budget.window),
+                spread,
+            )));
+        }
+        w.starts.push_back((now, retry));
+        if retry {
+            w.retries += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> Timestamp {
+        clock::from_micros(s * 1_000_000)
+    }
+
+    #[test]
+    fn retries_stay_within_the_share_and_the_minimum() {
+        let b = RetryBudget::new(0.2, Duration::from_secs(60), 2).unwrap();
+        let budgets = Budgets::default();
+        // Ten first attempts allow two retries (0.2 * 12 attempts, floor 2).
+        for i in 0..10 {
+            assert!(budgets.admit("k", &b, false, at(i)).is_ok());
+        }
+        assert!(budgets.admit("k", &b, true, at(10)).is_ok());
+        assert!(budgets.admit("k", &b, true, at(11)).is_ok());
+        let until = budgets.admit("k", &b, true, at(12)).unwrap_err();
+        // Deferred until the first retry (at 10 s) leaves the window, within a tenth of it.
+        assert!(until >= at(70) && until < at(76), "{until}");
+        // Another kind has its own window.
+        assert!(budgets.admit("other", &b, true, at(12)).is_ok());
+        // Once the window slid past them, retries are allowed again (the minimum: 2).
+        assert!(budgets.admit("k", &b, true, at(71)).is_ok());
+        assert!(budgets.admit("k", &b, true, at(72)).is_ok());
+        assert!(budgets.admit("k", &b, true, at(73)).is_err());
+    }
+
+    #[test]
+    fn a_budget_is_checked() {
+        assert!(RetryBudget::new(1.5, Duration::from_secs(60), 0)
+            .unwrap_err()
+            .contains("0 to 1"));
+        assert!(RetryBudget::new(0.1, Duration::ZERO, 0)
+            .unwrap_err()
+            .contains("1s"));
+    }
+}
