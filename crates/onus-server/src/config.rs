@@ -67,6 +67,9 @@ pub struct FileConfig {
     /// The tasks panel.
     #[serde(default)]
     pub panel: PanelConfig,
+    /// Every kind's retry budget unless `[kinds."<kind>"] retry_budget` sets its own; none when
+    /// absent.
+    pub retry_budget: Option<onus::RetryBudget>,
 }
 
 /// `[panel]`.
@@ -133,6 +136,9 @@ pub struct KindConfig {
     pub lease_key: Option<String>,
     /// How many jobs holding one lease key run at once (default 1).
     pub slots: Option<u32>,
+    /// This kind's retry budget (`{ ratio = 0.2, window = "1m", min_per_window = 10 }`),
+    /// replacing `[retry_budget]`.
+    pub retry_budget: Option<onus::RetryBudget>,
 }
 
 impl KindConfig {
@@ -570,6 +576,18 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
                 .map_err(|e| ConfigError(format!("[kinds.\"{name}\".policy]: {e}")))?;
         }
         k.check(name)?;
+        if let Some(b) = &k.retry_budget {
+            b.check()
+                .map_err(|e| ConfigError(format!("[kinds.\"{name}\"] {e}")))?;
+        }
+    }
+    if let Some(b) = &cfg.retry_budget {
+        b.check().map_err(|e| {
+            ConfigError(format!(
+                "[retry_budget] {}",
+                e.trim_start_matches("retry_budget ")
+            ))
+        })?;
     }
     cfg.retention.durations()?;
     cfg.front_door()?;
@@ -760,6 +778,38 @@ mod tests {
             cfg.retention.durations().unwrap().completed,
             Duration::from_secs(12 * 3600)
         );
+    }
+
+    #[test]
+    fn a_retry_budget_is_checked_where_it_is_written() {
+        let cfg = parse(
+            "[retry_budget]\nratio = 0.1\nwindow = \"1m\"\nmin_per_window = 5\n\
+             [kinds.\"a\"]\nretry_budget = { ratio = 0.2, window = \"30s\" }\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.retry_budget.unwrap().min_per_window, 5);
+        assert_eq!(
+            cfg.kinds["a"].retry_budget.unwrap().window,
+            Duration::from_secs(30)
+        );
+        for (text, want) in [
+            (
+                "[kinds.\"a\"]\nretry_budget = { ratio = 2.0, window = \"1m\" }\n",
+                "[kinds.\"a\"] retry_budget ratio = 2: give 0 to 1",
+            ),
+            (
+                "[retry_budget]\nratio = 0.2\nwindow = \"10ms\"\n",
+                "[retry_budget] window = \"10ms\": give \"1s\" to \"1d\"",
+            ),
+            (
+                "[retry_budget]\nratio = 0.2\nwindow = \"soon\"\n",
+                "not a duration",
+            ),
+            ("[retry_budget]\nratio = 0.2\n", "missing field `window`"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -130,11 +130,14 @@ pub fn runtime_with(
         } else if k.queue.is_some() || k.url.is_some() || k.lease_key.is_some() || k.slots.is_some()
         {
             return Err(format!(
-                "[kinds.\"{name}\"]: {name} is built in; only its policy can be changed"
+                "[kinds.\"{name}\"]: {name} is built in; only its policy and retry_budget can be changed"
             ));
         }
         if let Some(o) = &k.policy {
             b = b.policy_override(name.clone(), o.clone());
+        }
+        if let Some(budget) = k.retry_budget {
+            b = b.retry_budget(name.clone(), budget);
         }
     }
     let retention = file.retention.durations().map_err(|e| e.to_string())?;
@@ -143,6 +146,7 @@ pub fn runtime_with(
         .map_err(|e| e.to_string())?;
     b = b.options(onus::Options {
         retention,
+        retry_budget: file.retry_budget,
         ..options
     });
     let onus = customize(b)

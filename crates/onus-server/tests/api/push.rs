@@ -225,3 +225,68 @@ slots = 1
     assert_eq!(s, 422, "{e}");
     assert!(e.to_string().contains("no customer"), "{e}");
 }
+
+/// A retry budget from configuration on a push kind whose service always fails: of the retries
+/// the policy asks for, the sink sees only those the budget allows; the others wait, deferred,
+/// and the gauge says the budget is spent.
+pub async fn a_retry_budget_from_configuration_caps_the_retries_sent(w: World) {
+    let sink = HttpSink::start(|_, _| Reply::status(500)).await;
+    let backend = w.backend;
+    drop(w);
+    let toml = format!(
+        r#"{CONFIG}
+[kinds."push.down"]
+url = "{url}"
+retry_budget = {{ ratio = 0.0, window = "1h", min_per_window = 2 }}
+[kinds."push.down".policy]
+max_attempts = 3
+backoff = {{ schedule = ["100ms"] }}
+jitter = 0.0
+"#,
+        url = sink.url("/down"),
+    );
+    let w = api_with(backend, &toml).await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let (s, j) = w
+            .post(
+                "/api/v1/jobs",
+                json!({"kind": "push.down", "args": {"i": i}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{j}");
+        ids.push(j["id"].as_i64().unwrap());
+    }
+    // Each ends waiting on the budget: its latest history entry a deferral.
+    for id in &ids {
+        let j = w
+            .wait_job(*id, |j| {
+                j["state"] == "scheduled"
+                    && j["errors"]
+                        .as_array()
+                        .and_then(|e| e.last())
+                        .map(|e| &e["class"])
+                        == Some(&json!("deferred"))
+            })
+            .await;
+        let last = j["errors"].as_array().unwrap().last().unwrap().clone();
+        assert!(
+            last["message"].as_str().unwrap().contains("retry budget"),
+            "{last}"
+        );
+    }
+    assert_eq!(
+        sink.count(),
+        6 + 2,
+        "six first attempts and the two retries the budget allows"
+    );
+    let (s, text) = w.raw("GET", "/metrics", Some(&w.token), None).await;
+    assert_eq!(s, 200);
+    let text = text.as_str().unwrap_or_default().to_string();
+    let pressure = text
+        .lines()
+        .find(|l| l.starts_with("onus_retry_budget_pressure") && l.contains("push.down"))
+        .unwrap_or_else(|| panic!("no budget gauge in {text}"));
+    let v: f64 = pressure.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(v >= 1.0, "{pressure}");
+}

@@ -288,6 +288,7 @@ pub struct Builder {
     queues: BTreeMap<String, usize>,
     periodics: Vec<Periodic>,
     overrides: Vec<(String, PolicyOverride)>,
+    budgets: Vec<(String, crate::budget::RetryBudget)>,
     options: Options,
 }
 
@@ -349,6 +350,12 @@ impl Builder {
         self
     }
 
+    /// Sets a kind's retry budget from configuration (a kind registered by a component too).
+    pub fn retry_budget(mut self, kind: impl Into<String>, b: crate::budget::RetryBudget) -> Self {
+        self.budgets.push((kind.into(), b));
+        self
+    }
+
     /// Replaces the tuning options.
     pub fn options(mut self, o: Options) -> Self {
         self.options = o;
@@ -369,7 +376,21 @@ impl Builder {
                 .with_overrides(&o)
                 .map_err(|error| BuildError::Policy { kind, error })?;
         }
+        for (kind, b) in std::mem::take(&mut self.budgets) {
+            b.check().map_err(BuildError::Invalid)?;
+            self.kinds
+                .entry(kind.clone())
+                .or_insert_with(|| Kind::new(kind.clone()))
+                .retry_budget = Some(b);
+        }
+        if let Some(b) = &self.options.retry_budget {
+            b.check().map_err(BuildError::Invalid)?;
+        }
         for k in self.kinds.values() {
+            if let Some(b) = &k.retry_budget {
+                b.check()
+                    .map_err(|e| BuildError::Invalid(format!("kind {}: {e}", k.name)))?;
+            }
             k.policy.validate().map_err(|error| BuildError::Policy {
                 kind: k.name.clone(),
                 error,
@@ -477,6 +498,7 @@ impl Onus {
             queues: BTreeMap::new(),
             periodics: Vec::new(),
             overrides: Vec::new(),
+            budgets: Vec::new(),
             options: Options::default(),
         }
     }
