@@ -143,6 +143,7 @@ impl From<onus::Error> for ApiError {
             onus::Error::Invalid(m) => ApiError::invalid(m),
             onus::Error::Store(e) => e.into(),
             onus::Error::Timeout(m) => ApiError::unavailable(m),
+            onus::Error::NotFound(m) => ApiError::not_found(m),
         }
     }
 }

@@ -63,7 +63,8 @@ pub static JOBS: Line = Line {
         "004_drop_running_by_owner.sql",
         "005_inserts_count_themselves.sql",
         "006_key_pauses.sql",
-        "007_progress_and_results.sql"
+        "007_progress_and_results.sql",
+        "008_periodic_pause.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
@@ -73,7 +74,8 @@ pub static JOBS: Line = Line {
         "004_drop_running_by_owner.sql",
         "005_counted_update_without_join.sql",
         "006_key_pauses.sql",
-        "007_progress_and_results.sql"
+        "007_progress_and_results.sql",
+        "008_periodic_pause.sql"
     ),
 };
 

@@ -25,13 +25,16 @@ pub enum Error {
     /// A wait ran out of time.
     #[error("{0}")]
     Timeout(String),
+    /// What the call names does not exist; the message says what does.
+    #[error("{0}")]
+    NotFound(String),
 }
 
 impl Error {
     /// Whose fault it is (see [`crate::Fault`]).
     pub fn fault(&self) -> crate::Fault {
         match self {
-            Error::Invalid(_) => crate::Fault::Caller,
+            Error::Invalid(_) | Error::NotFound(_) => crate::Fault::Caller,
             Error::Store(e) => e.fault(),
             Error::Timeout(_) => crate::Fault::Service,
         }
@@ -425,6 +428,53 @@ impl Client {
     /// The keys paused now, with how many jobs each holds.
     pub async fn paused_keys(&self) -> Result<Vec<crate::store::PausedKey>, Error> {
         Ok(self.shared.store.paused_keys(self.now()).await?)
+    }
+
+    /// The periodic schedule `name` this process defines, or an error naming the ones it does.
+    fn periodic(&self, name: &str) -> Result<&super::Periodic, Error> {
+        let all = &self.shared.periodics;
+        all.iter().find(|p| p.name == name).ok_or_else(|| {
+            Error::NotFound(format!(
+                "no periodic schedule {name:?}; the schedules are: {}",
+                all.iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    }
+
+    /// Pauses periodic schedule `name` in every process: it enqueues nothing until resumed
+    /// (jobs already enqueued run).
+    pub async fn pause_periodic(&self, name: &str) -> Result<(), Error> {
+        self.periodic(name)?;
+        self.shared
+            .store
+            .pause_periodic(name, Some(self.now()), None)
+            .await?;
+        Ok(())
+    }
+
+    /// Resumes periodic schedule `name`: it goes on from its next period after now (the periods
+    /// that came due while it was paused are not run).
+    pub async fn resume_periodic(&self, name: &str) -> Result<(), Error> {
+        let next = self.periodic(name)?.schedule.next_after(self.now());
+        self.shared
+            .store
+            .pause_periodic(name, None, Some(next))
+            .await?;
+        Ok(())
+    }
+
+    /// Enqueues schedule `name`'s job now, once, besides its periods (paused or not); its outcome
+    /// is recorded on the schedule like a period's.
+    pub async fn run_periodic(&self, name: &str) -> Result<Job, Error> {
+        let p = self.periodic(name)?;
+        let job = p
+            .job
+            .clone()
+            .unique_key(super::periodic_unique_key(&p.name, self.now()));
+        Ok(self.insert(job).await?.job)
     }
 
     fn signal_cancels(&self, out: &CancelOutcome) {

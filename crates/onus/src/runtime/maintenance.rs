@@ -299,23 +299,47 @@ async fn enqueue_due_periods(shared: &Shared) {
         if first > now {
             continue;
         }
-        for period in due_periods(&p.schedule, first, now, shared.options.periodic_catch_up) {
+        if row.paused_at.is_some() {
+            continue; // paused: nothing is enqueued; a resume moves it to its next period
+        }
+        let periods = due_periods(
+            &p.schedule,
+            first,
+            now,
+            shared.options.periodic_catch_up,
+            p.catch_up,
+        );
+        if periods.is_empty() {
+            // Every missed period skipped: the schedule goes on from its next one.
+            let next = p.schedule.next_after(now);
+            if let Err(e) = shared.store.skip_periods(&p.name, next).await {
+                shared.trouble.report("cannot enqueue periodic jobs", &e);
+            }
+        }
+        for period in periods {
             enqueue_period(shared, p, period, now).await;
         }
     }
 }
 
-/// The periods to enqueue when `first` (and maybe more) have come due by `now`: each one that
-/// came due within the last `window` (so a leader failover skips none), or else, after a longer
-/// outage, only the latest missed one (caught up once, not once per missed period).
+/// The periods to enqueue when `first` (and maybe more) have come due by `now`, oldest first:
+/// each one that came due within the last `window` (so a leader failover skips none), and of the
+/// older ones, missed while nothing ran, what `catch_up` says: none, the latest (only when no
+/// recent one runs: one run catches up), or each, at most its limit (the latest ones).
 pub(crate) fn due_periods(
     schedule: &super::Schedule,
     first: crate::Timestamp,
     now: crate::Timestamp,
     window: std::time::Duration,
+    catch_up: super::CatchUp,
 ) -> Vec<crate::Timestamp> {
     let recent_from = now - chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::MAX);
-    let mut latest_old = None;
+    let keep = match catch_up {
+        super::CatchUp::Skip => 0,
+        super::CatchUp::Latest => 1,
+        super::CatchUp::All { limit } => limit as usize,
+    };
+    let mut old = std::collections::VecDeque::new();
     let mut recent = Vec::new();
     let mut p = first;
     for _ in 0..1_000_000 {
@@ -325,14 +349,17 @@ pub(crate) fn due_periods(
         if p >= recent_from {
             recent.push(p);
         } else {
-            latest_old = Some(p);
+            old.push_back(p);
+            if old.len() > keep {
+                old.pop_front();
+            }
         }
         p = schedule.next_after(p);
     }
-    if recent.is_empty() {
-        recent.extend(latest_old);
+    if catch_up == super::CatchUp::Latest && !recent.is_empty() {
+        old.clear();
     }
-    recent
+    old.into_iter().chain(recent).collect()
 }
 
 async fn enqueue_period(
@@ -431,7 +458,7 @@ mod tests {
     use std::time::Duration;
 
     use super::due_periods;
-    use crate::runtime::Schedule;
+    use crate::runtime::{CatchUp, Schedule};
 
     fn t(s: &str) -> crate::Timestamp {
         s.parse().unwrap()
@@ -447,6 +474,7 @@ mod tests {
             t("2026-01-01T00:00:10Z"),
             t("2026-01-01T00:00:12.5Z"),
             win,
+            CatchUp::Latest,
         );
         assert_eq!(
             v,
@@ -462,6 +490,7 @@ mod tests {
             t("2026-01-01T00:00:00Z"),
             t("2026-01-02T00:00:00Z"),
             win,
+            CatchUp::Latest,
         );
         assert_eq!(v.len(), 61);
         // An hourly schedule down for five hours: the latest missed period once.
@@ -471,6 +500,7 @@ mod tests {
             t("2026-01-01T03:00:00Z"),
             t("2026-01-01T07:30:00Z"),
             win,
+            CatchUp::Latest,
         );
         assert_eq!(v, vec![t("2026-01-01T07:00:00Z")]);
         // Not due yet: nothing.
@@ -478,8 +508,43 @@ mod tests {
             &hourly,
             t("2026-01-01T08:00:00Z"),
             t("2026-01-01T07:30:00Z"),
-            win
+            win,
+            CatchUp::Latest,
         )
         .is_empty());
+    }
+
+    #[test]
+    fn missed_periods_follow_the_catch_up_policy() {
+        let hourly = Schedule::every(Duration::from_secs(3600)).unwrap();
+        let win = Duration::from_secs(60);
+        let (first, now) = (t("2026-01-01T03:00:00Z"), t("2026-01-01T07:30:00Z"));
+        let missed = |c| due_periods(&hourly, first, now, win, c);
+        assert!(missed(CatchUp::Skip).is_empty());
+        assert_eq!(missed(CatchUp::Latest), vec![t("2026-01-01T07:00:00Z")]);
+        assert_eq!(missed(CatchUp::All { limit: 100 }).len(), 5);
+        assert_eq!(
+            missed(CatchUp::All { limit: 2 }),
+            vec![t("2026-01-01T06:00:00Z"), t("2026-01-01T07:00:00Z")]
+        );
+        // A period due within the failover window runs under every policy, and after it the
+        // older ones as the policy says.
+        let now = t("2026-01-01T07:00:30Z");
+        assert_eq!(
+            due_periods(&hourly, first, now, win, CatchUp::Skip),
+            vec![t("2026-01-01T07:00:00Z")]
+        );
+        assert_eq!(
+            due_periods(&hourly, first, now, win, CatchUp::Latest),
+            vec![t("2026-01-01T07:00:00Z")]
+        );
+        assert_eq!(
+            due_periods(&hourly, first, now, win, CatchUp::All { limit: 2 }),
+            vec![
+                t("2026-01-01T05:00:00Z"),
+                t("2026-01-01T06:00:00Z"),
+                t("2026-01-01T07:00:00Z")
+            ]
+        );
     }
 }

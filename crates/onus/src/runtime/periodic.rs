@@ -2,14 +2,19 @@
 //!
 //! Only the leader enqueues. Each schedule has a row holding the latest period enqueued; the
 //! enqueue and the move of that mark commit together and only when the mark is older, so a period
-//! is enqueued once even across restarts and leader changes. A period missed while no process ran
-//! is caught up once, as the latest missed period (not once per missed period); periods that came
-//! due within the last minute (a leader failover) are each enqueued, so none is skipped. Periodic jobs get one attempt by default: a
-//! failure waits for the next period, and the last failure is kept on the schedule's row.
+//! is enqueued once even across restarts and leader changes. Periods that came due within the
+//! last minute (a leader failover) are each enqueued, so none is skipped; older ones, missed while
+//! no process ran, follow the schedule's [`CatchUp`]: none, the latest once (the default), or each
+//! up to a limit. A cron schedule is read in its time zone ([`Schedule::in_timezone`]). A paused
+//! schedule enqueues nothing; resumed, it goes on from its next period. Periodic jobs get one
+//! attempt by default: a failure waits for the next period, and the last failure is kept on the
+//! schedule's row.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::job::NewJob;
@@ -17,10 +22,25 @@ use crate::job::NewJob;
 /// When a periodic job is due.
 #[derive(Clone)]
 pub enum Schedule {
-    /// A cron expression (5 fields, or 6 with seconds), evaluated in UTC.
-    Cron(Box<croner::Cron>, String),
+    /// A cron expression (5 fields, or 6 with seconds), evaluated in a time zone (UTC unless
+    /// [`Schedule::in_timezone`] says otherwise).
+    Cron(Box<CronIn>),
     /// Every fixed interval, aligned to the Unix epoch (so every process agrees on the periods).
     Every(Duration),
+}
+
+/// A cron expression, as written, and the time zone it is read in.
+#[derive(Clone)]
+pub struct CronIn {
+    cron: croner::Cron,
+    expr: String,
+    tz: chrono_tz::Tz,
+}
+
+impl fmt::Debug for CronIn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.expr, self.tz.name())
+    }
 }
 
 impl fmt::Debug for Schedule {
@@ -43,6 +63,14 @@ pub enum ScheduleError {
     /// An interval shorter than a second.
     #[error("a periodic interval must be at least 1s; got {}", crate::policy::human(*.0))]
     TooShort(Duration),
+    /// Not a time zone of the IANA database.
+    #[error("timezone {0:?} is not a time zone; write an IANA name like \"Europe/Berlin\", \"America/New_York\" or \"UTC\"")]
+    TimeZone(String),
+    /// A time zone given to an interval, which counts seconds wherever it runs.
+    #[error(
+        "a time zone applies to cron schedules; an interval (every ...) is the same everywhere"
+    )]
+    TimeZoneOnInterval,
     /// `every` followed by something that is not a duration.
     #[error("{0}")]
     BadInterval(String),
@@ -58,7 +86,34 @@ impl Schedule {
                 expr: expr.to_string(),
                 source,
             })?;
-        Ok(Schedule::Cron(Box::new(c), expr.to_string()))
+        Ok(Schedule::Cron(Box::new(CronIn {
+            cron: c,
+            expr: expr.to_string(),
+            tz: chrono_tz::UTC,
+        })))
+    }
+
+    /// The cron schedule read in time zone `tz` (an IANA name: `Europe/Berlin`). Across
+    /// daylight-saving changes each period runs once: a local time the clocks skip (02:30 when
+    /// they jump from 02:00 to 03:00) runs at the first local time after the gap (03:00), and a
+    /// local time they pass twice (when they fall back) runs at its first passing only.
+    pub fn in_timezone(self, tz: &str) -> Result<Self, ScheduleError> {
+        let zone: chrono_tz::Tz = tz
+            .trim()
+            .parse()
+            .map_err(|_| ScheduleError::TimeZone(tz.to_string()))?;
+        match self {
+            Schedule::Cron(c) => Ok(Schedule::Cron(Box::new(CronIn { tz: zone, ..*c }))),
+            Schedule::Every(_) => Err(ScheduleError::TimeZoneOnInterval),
+        }
+    }
+
+    /// The time zone a cron schedule is read in (UTC for an interval).
+    pub fn timezone(&self) -> &str {
+        match self {
+            Schedule::Cron(c) => c.tz.name(),
+            Schedule::Every(_) => "UTC",
+        }
     }
 
     /// Every `d` (at least one second).
@@ -72,9 +127,21 @@ impl Schedule {
     /// The first period boundary strictly after `t`.
     pub fn next_after(&self, t: Timestamp) -> Timestamp {
         match self {
-            Schedule::Cron(c, _) => c
-                .find_next_occurrence(&t, false)
-                .unwrap_or(Timestamp::MAX_UTC),
+            Schedule::Cron(c) => {
+                let mut from = t.with_timezone(&c.tz);
+                // A local time passed twice (clocks falling back) maps to its first passing,
+                // which may lie before `t`: that period already ran, so look on from it.
+                for _ in 0..4 {
+                    match c.cron.find_next_occurrence(&from, false) {
+                        Ok(n) if n.with_timezone(&chrono::Utc) > t => {
+                            return n.with_timezone(&chrono::Utc)
+                        }
+                        Ok(n) => from = n,
+                        Err(_) => break,
+                    }
+                }
+                Timestamp::MAX_UTC
+            }
             Schedule::Every(d) => {
                 let step = d.as_micros() as i64;
                 let now = t.timestamp_micros();
@@ -87,7 +154,8 @@ impl Schedule {
     /// The schedule as written: `cron: 0 3 * * *` or `every: 5m`.
     pub fn describe(&self) -> String {
         match self {
-            Schedule::Cron(_, e) => format!("cron: {e}"),
+            Schedule::Cron(c) if c.tz == chrono_tz::UTC => format!("cron: {}", c.expr),
+            Schedule::Cron(c) => format!("cron: {} ({})", c.expr, c.tz.name()),
             Schedule::Every(d) => format!("every: {}", crate::policy::human(*d)),
         }
     }
@@ -107,12 +175,31 @@ impl FromStr for Schedule {
     }
 }
 
+/// What a schedule does with periods that came due while nothing ran (an outage, every process
+/// stopped), beyond those of the last `periodic_catch_up` window ([`crate::Options`]), which are
+/// each enqueued so that a leader's failover skips none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchUp {
+    /// Run none of them: the schedule goes on from its next period.
+    Skip,
+    /// Run the latest of them once (the default).
+    #[default]
+    Latest,
+    /// Run each of them, oldest first, at most `limit` (the latest ones).
+    All {
+        /// The most missed periods run.
+        limit: u32,
+    },
+}
+
 /// A periodic job: a name, a schedule, and the job to enqueue each period.
 #[derive(Debug, Clone)]
 pub struct Periodic {
     pub(crate) name: String,
     pub(crate) schedule: Schedule,
     pub(crate) job: NewJob,
+    pub(crate) catch_up: CatchUp,
 }
 
 impl Periodic {
@@ -128,7 +215,14 @@ impl Periodic {
             name: name.into(),
             schedule,
             job,
+            catch_up: CatchUp::default(),
         }
+    }
+
+    /// What to do with periods missed while nothing ran (default: run the latest once).
+    pub fn catch_up(mut self, c: CatchUp) -> Self {
+        self.catch_up = c;
+        self
     }
 
     /// Its name.
@@ -178,6 +272,58 @@ mod tests {
             .to_string()
             .contains("cron"));
         assert!(Schedule::from_str("every 0s").is_err());
+    }
+
+    #[test]
+    fn a_cron_schedule_in_a_time_zone_runs_once_across_both_daylight_saving_changes() {
+        let daily = Schedule::cron("30 2 * * *")
+            .unwrap()
+            .in_timezone("Europe/Berlin")
+            .unwrap();
+        let walk = |from: &str, n: usize| {
+            let mut t: Timestamp = from.parse().unwrap();
+            (0..n)
+                .map(|_| {
+                    t = daily.next_after(t);
+                    t.to_rfc3339()
+                })
+                .collect::<Vec<_>>()
+        };
+        // Spring forward (29 March 2026, 02:00 CET -> 03:00 CEST): the skipped 02:30 runs at
+        // 03:00 local, once.
+        assert_eq!(
+            walk("2026-03-27T12:00:00Z", 3),
+            [
+                "2026-03-28T01:30:00+00:00",
+                "2026-03-29T01:00:00+00:00",
+                "2026-03-30T00:30:00+00:00"
+            ]
+        );
+        // Fall back (25 October 2026, 03:00 CEST -> 02:00 CET): 02:30 passes twice and runs at
+        // the first passing only, also from inside the repeated hour.
+        assert_eq!(
+            walk("2026-10-23T12:00:00Z", 3),
+            [
+                "2026-10-24T00:30:00+00:00",
+                "2026-10-25T00:30:00+00:00",
+                "2026-10-26T01:30:00+00:00"
+            ]
+        );
+        assert_eq!(
+            walk("2026-10-25T01:10:00Z", 1),
+            ["2026-10-26T01:30:00+00:00"]
+        );
+        assert_eq!(daily.describe(), "cron: 30 2 * * * (Europe/Berlin)");
+        assert!(Schedule::cron("0 9 * * *")
+            .unwrap()
+            .in_timezone("Mars/Olympus")
+            .unwrap_err()
+            .to_string()
+            .contains("IANA"));
+        assert!(Schedule::from_str("every 1h")
+            .unwrap()
+            .in_timezone("UTC")
+            .is_err());
     }
 
     #[test]

@@ -607,6 +607,9 @@ pub struct PeriodicRow {
     /// When it is next due.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub next_run_at: Option<Timestamp>,
+    /// When it was paused by hand (it enqueues nothing until resumed).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    pub paused_at: Option<Timestamp>,
 }
 
 /// An alert raised by an exhausted job.
@@ -858,6 +861,19 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Every periodic schedule.
     async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>>;
+
+    /// Moves schedule `name`'s next run forward to `next_run_at` without enqueuing (missed
+    /// periods its catch-up policy skips).
+    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()>;
+
+    /// Pauses schedule `name` (`paused_at` set) or resumes it (`None`), moving its next run to
+    /// `next_run_at` when given. False when there is no such schedule.
+    async fn pause_periodic(
+        &self,
+        name: &str,
+        paused_at: Option<Timestamp>,
+        next_run_at: Option<Timestamp>,
+    ) -> StoreResult<bool>;
 
     /// Deletes finished jobs past retention, old rate windows and stale leases; returns jobs deleted.
     async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64>;

@@ -225,6 +225,21 @@ impl Store for Faulty {
             .report_progress(id, owner, attempt, progress)
             .await
     }
+    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
+        self.gate().await;
+        self.inner.skip_periods(name, next_run_at).await
+    }
+    async fn pause_periodic(
+        &self,
+        name: &str,
+        paused_at: Option<Timestamp>,
+        next_run_at: Option<Timestamp>,
+    ) -> StoreResult<bool> {
+        self.gate().await;
+        self.inner
+            .pause_periodic(name, paused_at, next_run_at)
+            .await
+    }
     async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
         self.gate().await;
         self.inner.resume_key(key, now).await

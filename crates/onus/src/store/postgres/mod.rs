@@ -1776,6 +1776,34 @@ impl Store for PostgresStore {
         periodic_rows(&**c, None).await
     }
 
+    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
+        let c = self.client().await?;
+        c.execute(
+            "UPDATE onus_periodic SET next_run_at = $2 WHERE name = $1 AND next_run_at < $2",
+            &[&name, &next_run_at],
+        )
+        .await
+        .map_err(q)?;
+        Ok(())
+    }
+
+    async fn pause_periodic(
+        &self,
+        name: &str,
+        paused_at: Option<Timestamp>,
+        next_run_at: Option<Timestamp>,
+    ) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let n = c
+            .execute(
+                "UPDATE onus_periodic SET paused_at = $2, next_run_at = COALESCE($3, next_run_at) WHERE name = $1",
+                &[&name, &paused_at, &next_run_at],
+            )
+            .await
+            .map_err(q)?;
+        Ok(n > 0)
+    }
+
     async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
         // Never before 1970 (PostgreSQL's range ends earlier than chrono's; no job finished then).
         let floor = chrono::DateTime::UNIX_EPOCH;
@@ -1975,7 +2003,7 @@ async fn periodic_rows(
     let rows = c
         .query(
             "SELECT name, kind, schedule, last_period_at, last_job_id, last_run_at, last_state, last_failure_at,
-                    last_error, next_run_at
+                    last_error, next_run_at, paused_at
              FROM onus_periodic WHERE $1::text IS NULL OR name = $1 ORDER BY name",
             &[&name],
         )
@@ -1994,6 +2022,7 @@ async fn periodic_rows(
             last_failure_at: r.get(7),
             last_error: r.get(8),
             next_run_at: r.get(9),
+            paused_at: r.get(10),
         })
         .collect())
 }

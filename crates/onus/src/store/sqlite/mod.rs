@@ -1749,6 +1749,40 @@ impl Store for SqliteStore {
         self.read(|conn| periodic_rows(conn, None)).await
     }
 
+    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
+        let name = name.to_string();
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "UPDATE onus_periodic SET next_run_at = ?2 WHERE name = ?1 AND next_run_at < ?2",
+            )
+            .map_err(q)?
+            .execute(params![name, us(next_run_at)])
+            .map_err(q)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn pause_periodic(
+        &self,
+        name: &str,
+        paused_at: Option<Timestamp>,
+        next_run_at: Option<Timestamp>,
+    ) -> StoreResult<bool> {
+        let name = name.to_string();
+        self.write(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE onus_periodic SET paused_at = ?2, next_run_at = COALESCE(?3, next_run_at) WHERE name = ?1",
+                )
+                .map_err(q)?
+                .execute(params![name, paused_at.map(us), next_run_at.map(us)])
+                .map_err(q)?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
     async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
         let completed_before = us(crate::clock::sub(now, retention.completed));
         let discarded_before = us(crate::clock::sub(now, retention.discarded));
@@ -1916,7 +1950,7 @@ fn periodic_rows(conn: &Connection, name: Option<&str>) -> StoreResult<Vec<Perio
     let mut stmt = conn
         .prepare_cached(
             "SELECT name, kind, schedule, last_period_at, last_job_id, last_run_at, last_state, last_failure_at,
-                    last_error, next_run_at
+                    last_error, next_run_at, paused_at
              FROM onus_periodic WHERE ?1 IS NULL OR name = ?1 ORDER BY name",
         )
         .map_err(q)?;
@@ -1933,6 +1967,7 @@ fn periodic_rows(conn: &Connection, name: Option<&str>) -> StoreResult<Vec<Perio
                 last_failure_at: ts(r.get(7)?),
                 last_error: r.get(8)?,
                 next_run_at: ts(r.get(9)?),
+                paused_at: ts(r.get(10)?),
             })
         })
         .map_err(q)?;

@@ -1,0 +1,2 @@
+-- A periodic schedule paused by hand enqueues nothing until resumed.
+ALTER TABLE onus_periodic ADD COLUMN paused_at INTEGER;
