@@ -34,8 +34,8 @@ pub use limits::{KeyTemplate, RateWindow, TemplateError, WhenSpent};
 pub use outcome::{JobError, JobResult, SnoozeUntil};
 pub use policy::{Backoff, Policy, PolicyOverride, Timeline};
 pub use runtime::{
-    BuildError, Builder, Client, Component, Error, Handler, JobContext, Kind, Onus, Options,
-    Periodic, Running, Schedule,
+    BuildError, Builder, CatchUp, Client, Component, Error, Handler, JobContext, Kind, Onus,
+    Options, Periodic, Running, Schedule,
 };
 pub use store::{
     open, open_with, redact_url, Fault, JobFilter, PausedKey, Refused, RetryOutcome, Store,

@@ -95,6 +95,9 @@ onus_testkit::both!(
                 interval_enqueues_once_per_period_across_restarts,
                 cron_schedule_enqueues_at_its_time,
                 periodic_failure_waits_for_the_next_period,
+                a_daily_schedule_in_a_time_zone_runs_once_across_both_dst_changes,
+                missed_periods_follow_the_catch_up_policy_after_an_outage,
+                a_schedule_is_paused_resumed_and_run_now,
             ],
             timelines: [
                 webhook_preset_full_timeline,
