@@ -140,6 +140,15 @@ pub fn runtime_with(
             b = b.retry_budget(name.clone(), budget);
         }
     }
+    for (name, p) in &file.periodic {
+        if !file.kinds.contains_key(&p.kind) && !BUILT_IN.contains(&p.kind.as_str()) {
+            return Err(format!(
+                "[periodic.\"{name}\"] kind = {:?} is not a kind this server knows; add [kinds.\"{}\"] (pulled by workers, or pushed with url = \"...\")",
+                p.kind, p.kind
+            ));
+        }
+        b = b.periodic(p.periodic(name).map_err(|e| e.to_string())?);
+    }
     let retention = file.retention.durations().map_err(|e| e.to_string())?;
     let options = file
         .leases(onus::Options::default())

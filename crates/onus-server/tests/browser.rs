@@ -222,6 +222,28 @@ async fn scenario(backend: Backend, d: &Driver) {
     )
     .await;
     shoot(&c, &format!("{tag}-periodic")).await;
+    // Pause the schedule, run it once by hand, resume it.
+    click(&c, Locator::XPath("//button[. = 'Pause flaky-sync']")).await;
+    wait_text(&c, "main table", "paused since").await;
+    let (_, p) = w.get("/api/v1/periodic").await;
+    let row = p["periodic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "flaky-sync")
+        .unwrap()
+        .clone();
+    assert!(row["paused_at"].is_string(), "{row}");
+    shoot(&c, &format!("{tag}-periodic-paused")).await;
+    let (_, before) = w.get("/api/v1/jobs?kind=test.sync&limit=1000").await;
+    let before = before["jobs"].as_array().unwrap().len();
+    click(&c, Locator::XPath("//button[. = 'Run now flaky-sync']")).await;
+    w.wait_get("/api/v1/jobs?kind=test.sync&limit=1000", |v| {
+        v["jobs"].as_array().is_some_and(|a| a.len() > before)
+    })
+    .await;
+    click(&c, Locator::XPath("//button[. = 'Resume flaky-sync']")).await;
+    wait_text(&c, "main table", "Pause flaky-sync").await;
     // The refresh toggle brings a new job into the list without reloading the page.
     c.goto(&format!("{}/jobs?kind=report.build", w.base))
         .await

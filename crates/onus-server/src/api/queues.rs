@@ -142,3 +142,56 @@ pub async fn list_periodic(State(app): State<App>) -> Result<Json<PeriodicList>,
         periodic: app.client.store().list_periodic().await?,
     }))
 }
+
+/// The schedule `name` as listed, after an action on it.
+async fn one_periodic(app: &App, name: &str) -> Result<PeriodicRow, ApiError> {
+    app.client
+        .store()
+        .list_periodic()
+        .await?
+        .into_iter()
+        .find(|r| r.name == name)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "periodic schedule {name:?} is defined but not registered yet; try again in a moment"
+            ))
+        })
+}
+
+/// Pauses a periodic schedule in every process: it enqueues nothing until resumed (jobs already
+/// enqueued run).
+#[utoipa::path(post, path = "/periodic/{name}/pause", tag = "queues",
+    params(("name" = String, Path, description = "the schedule")),
+    responses((status = 200, body = PeriodicRow), (status = 404, body = super::error::ErrorBody)))]
+pub async fn pause_periodic(
+    State(app): State<App>,
+    Path(name): Path<String>,
+) -> Result<Json<PeriodicRow>, ApiError> {
+    app.client.pause_periodic(&name).await?;
+    Ok(Json(one_periodic(&app, &name).await?))
+}
+
+/// Resumes a paused schedule: it goes on from its next period (those missed while paused are not
+/// run).
+#[utoipa::path(post, path = "/periodic/{name}/resume", tag = "queues",
+    params(("name" = String, Path, description = "the schedule")),
+    responses((status = 200, body = PeriodicRow), (status = 404, body = super::error::ErrorBody)))]
+pub async fn resume_periodic(
+    State(app): State<App>,
+    Path(name): Path<String>,
+) -> Result<Json<PeriodicRow>, ApiError> {
+    app.client.resume_periodic(&name).await?;
+    Ok(Json(one_periodic(&app, &name).await?))
+}
+
+/// Enqueues a schedule's job now, once (paused or not); its outcome shows on the schedule.
+#[utoipa::path(post, path = "/periodic/{name}/run", tag = "queues",
+    params(("name" = String, Path, description = "the schedule")),
+    responses((status = 201, body = onus::Job), (status = 404, body = super::error::ErrorBody)))]
+pub async fn run_periodic(
+    State(app): State<App>,
+    Path(name): Path<String>,
+) -> Result<(axum::http::StatusCode, Json<onus::Job>), ApiError> {
+    let job = app.client.run_periodic(&name).await?;
+    Ok((axum::http::StatusCode::CREATED, Json(job)))
+}

@@ -329,6 +329,7 @@ pub fn router(panel: Panel) -> Router {
         .route("/alerts", get(pages::alerts))
         .route("/alerts/ack", post(pages::alerts_ack))
         .route("/periodic", get(pages::periodic))
+        .route("/periodic/action", post(pages::periodic_action))
         .route("/kinds", get(pages::kinds))
         .route("/endpoints", get(hooks::endpoints).post(hooks::create))
         .route("/endpoints/{id}", get(hooks::endpoint))

@@ -742,7 +742,7 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
         @if rows.is_empty() { p { "No periodic job." } }
         @else {
             table {
-                thead { tr { th { "Name" } th { "Kind" } th { "Schedule" } th { "Last run" } th { "Last state" } th { "Last failure" } th { "Next run" } } }
+                thead { tr { th { "Name" } th { "Kind" } th { "Schedule" } th { "Last run" } th { "Last state" } th { "Last failure" } th { "Next run" } th { span class="sr" { "Actions" } } } }
                 tbody {
                     @for r in &rows {
                         tr {
@@ -754,7 +754,21 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
                                     (when(at)) ": " span class="error" { (e) }
                                 } @else { "-" }
                             }
-                            td { (t(r.next_run_at)) }
+                            td {
+                                @if let Some(at) = r.paused_at { "paused since " (when(at)) } @else { (t(r.next_run_at)) }
+                            }
+                            td {
+                                div class="actions" {
+                                    @for (action, label) in [(if r.paused_at.is_some() { "resume" } else { "pause" }, if r.paused_at.is_some() { "Resume" } else { "Pause" }), ("run", "Run now")] {
+                                        form method="post" action=(panel.href("/periodic/action")) {
+                                            input type="hidden" name="csrf" value=(s.csrf);
+                                            input type="hidden" name="name" value=(r.name);
+                                            input type="hidden" name="action" value=(action);
+                                            button type="submit" { (label) " " (r.name) }
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
                 }
@@ -762,6 +776,30 @@ pub async fn periodic(State(panel): State<Panel>, Authed(s): Authed) -> Response
         }
     };
     layout(&panel, Some(&s), "Periodic jobs", open, body).into_response()
+}
+
+/// Pauses, resumes or runs a periodic schedule, then shows the schedules.
+pub async fn periodic_action(
+    State(panel): State<Panel>,
+    Posted(s, f): Posted<QueueForm>,
+) -> Response {
+    let client = &panel.app.client;
+    let done = match f.action.as_str() {
+        "pause" => client.pause_periodic(&f.name).await,
+        "resume" => client.resume_periodic(&f.name).await,
+        "run" => client.run_periodic(&f.name).await.map(|_| ()),
+        other => {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("action: {other:?}"),
+            )
+                .into_response()
+        }
+    };
+    match done {
+        Ok(()) => panel.redirect("/periodic"),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
 }
 
 /// Kinds: how each is handled, its queue, policy and the timeline it implies.

@@ -140,3 +140,60 @@ pub async fn clock_offset_shifts_what_the_server_stamps(w: World) {
         "created {created}, between {before} and {after} plus 45 s"
     );
 }
+
+/// A periodic job declared in the configuration, in a time zone, paused, resumed and run now
+/// through the API.
+pub async fn a_configured_periodic_job_is_paused_resumed_and_run(w: World) {
+    let backend = w.backend;
+    drop(w);
+    let toml = format!(
+        r#"{}
+[periodic."daily-report"]
+cron = "0 9 * * MON-FRI"
+timezone = "Europe/Berlin"
+kind = "report.build"
+args = {{ format = "pdf" }}
+catch_up = "all"
+catch_up_limit = 5
+"#,
+        crate::harness::CONFIG
+    );
+    let w = crate::harness::api_with(backend, &toml).await;
+    let row = w
+        .wait_get("/api/v1/periodic", |p| {
+            p["periodic"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|r| r["name"] == "daily-report"))
+        })
+        .await;
+    let row = row["periodic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "daily-report")
+        .unwrap()
+        .clone();
+    assert_eq!(row["schedule"], "cron: 0 9 * * MON-FRI (Europe/Berlin)");
+    let next: chrono::DateTime<chrono::Utc> = row["next_run_at"].as_str().unwrap().parse().unwrap();
+    let local = next.with_timezone(&chrono_tz::Europe::Berlin);
+    assert_eq!(local.format("%H:%M").to_string(), "09:00", "{next}");
+    let (s, p) = w
+        .post("/api/v1/periodic/daily-report/pause", json!({}))
+        .await;
+    assert_eq!(s, 200, "{p}");
+    assert!(p["paused_at"].is_string(), "{p}");
+    let (s, j) = w.post("/api/v1/periodic/daily-report/run", json!({})).await;
+    assert_eq!(s, 201, "{j}");
+    assert_eq!(
+        (&j["kind"], &j["args"]),
+        (&json!("report.build"), &json!({"format": "pdf"}))
+    );
+    let (s, p) = w
+        .post("/api/v1/periodic/daily-report/resume", json!({}))
+        .await;
+    assert_eq!(s, 200, "{p}");
+    assert_eq!(p["paused_at"], json!(null));
+    let (s, e) = w.post("/api/v1/periodic/nope/run", json!({})).await;
+    assert_eq!(s, 404, "{e}");
+    assert!(e.to_string().contains("daily-report"), "{e}");
+}

@@ -36,6 +36,7 @@ onus_testkit::both!(
         kinds_show_how_each_is_handled_and_its_timeline,
         a_paused_queue_runs_nothing_until_resumed,
         periodic_jobs_are_listed_with_their_next_run,
+        a_configured_periodic_job_is_paused_resumed_and_run,
         an_exhausted_job_raises_an_alert_that_is_acknowledged,
         clock_offset_shifts_what_the_server_stamps,
     ],
