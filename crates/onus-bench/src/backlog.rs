@@ -147,6 +147,7 @@ fn request(limit: usize) -> ClaimRequest {
         owner: OWNER.into(),
         now,
         lease_until: now + TimeDelta::seconds(60),
+        caps: Vec::new(),
     }
 }
 

@@ -225,6 +225,86 @@ pub struct KindConfig {
     /// This kind's retry budget (`{ ratio = 0.2, window = "1m", min_per_window = 10 }`),
     /// replacing `[retry_budget]`.
     pub retry_budget: Option<onus::RetryBudget>,
+    /// At most this many jobs of the kind run at once across every process.
+    pub max_running: Option<u32>,
+    /// A rate window taken before each attempt:
+    /// `{ key = "customer:{customer_id}", limit = 30, per = "1h", when_spent = "snooze" }`.
+    pub rate: Option<RateConfig>,
+}
+
+/// `rate = { key, limit, per, when_spent }` of a kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    /// The key each job takes a use of, built from its args (`"customer:{customer_id}"`; a
+    /// fixed text is one window for the whole kind).
+    pub key: String,
+    /// Uses allowed per window.
+    pub limit: u32,
+    /// The window (`"1h"`).
+    pub per: String,
+    /// `"snooze"` (to the next window; the default) or `"drop"` (discarded on purpose).
+    pub when_spent: Option<onus::WhenSpent>,
+}
+
+impl KindConfig {
+    /// `max_running` and `rate`, checked: the cap and the rate window with its key.
+    #[allow(clippy::type_complexity)]
+    pub fn limits(
+        &self,
+        name: &str,
+    ) -> Result<(Option<u32>, Option<(onus::RateWindow, onus::KeyTemplate)>), ConfigError> {
+        let section = format!("kinds.\"{name}\"");
+        if let Some(n) = self.max_running {
+            if !(1..=100_000).contains(&n) {
+                return Err(ConfigError(format!(
+                    "[{section}] max_running = {n}: give 1 to 100000"
+                )));
+            }
+        }
+        let rate = match &self.rate {
+            None => None,
+            Some(r) => {
+                let key = onus::KeyTemplate::parse(&r.key)
+                    .map_err(|e| ConfigError(format!("[{section}] rate key = {e}")))?;
+                if r.limit == 0 {
+                    return Err(ConfigError(format!(
+                        "[{section}] rate limit = 0: allow at least 1 use per window"
+                    )));
+                }
+                let per = match humantime::parse_duration(&r.per) {
+                    Ok(d)
+                        if d >= Duration::from_secs(1)
+                            && d <= Duration::from_secs(366 * 86_400) =>
+                    {
+                        d
+                    }
+                    Ok(_) => {
+                        return Err(ConfigError(format!(
+                            "[{section}] rate per = {:?}: give \"1s\" to \"366d\"",
+                            r.per
+                        )))
+                    }
+                    Err(e) => {
+                        return Err(ConfigError(format!(
+                        "[{section}] rate per = {:?} is not a duration ({e}); write it like \"1h\"",
+                        r.per
+                    )))
+                    }
+                };
+                Some((
+                    onus::RateWindow::new(
+                        name,
+                        r.limit,
+                        per,
+                        r.when_spent.unwrap_or(onus::WhenSpent::Snooze),
+                    ),
+                    key,
+                ))
+            }
+        };
+        Ok((self.max_running, rate))
+    }
 }
 
 impl KindConfig {
@@ -662,6 +742,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
                 .map_err(|e| ConfigError(format!("[kinds.\"{name}\".policy]: {e}")))?;
         }
         k.check(name)?;
+        k.limits(name)?;
         if let Some(b) = &k.retry_budget {
             b.check()
                 .map_err(|e| ConfigError(format!("[kinds.\"{name}\"] {e}")))?;

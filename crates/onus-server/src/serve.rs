@@ -28,6 +28,23 @@ const BUILT_IN: [&str; 4] = [
     onus_mail::SEND,
 ];
 
+/// `kind` with the cap on running jobs and the rate window its configuration gives.
+fn limited(
+    kind: onus::Kind,
+    k: &crate::config::KindConfig,
+    name: &str,
+) -> Result<onus::Kind, String> {
+    let (cap, rate) = k.limits(name).map_err(|e| e.to_string())?;
+    let kind = match cap {
+        Some(n) => kind.max_running(n),
+        None => kind,
+    };
+    Ok(match rate {
+        Some((limit, key)) => kind.rate_from(limit, key),
+        None => kind,
+    })
+}
+
 /// The runtime and components the configuration describes, not started.
 #[derive(Debug)]
 pub struct Parts {
@@ -116,7 +133,7 @@ pub fn runtime_with(
             if let Some((t, slots)) = k.lease(name).map_err(|e| e.to_string())? {
                 kind = kind.lease_key_from(t).lease_slots(slots);
             }
-            b = b.kind(kind);
+            b = b.kind(limited(kind, k, name)?);
         } else if !BUILT_IN.contains(&name.as_str()) {
             // A kind this process does not run itself: pulled by workers through the API.
             let mut kind = onus::Kind::new(name.clone());
@@ -126,8 +143,13 @@ pub fn runtime_with(
             if let Some((t, slots)) = k.lease(name).map_err(|e| e.to_string())? {
                 kind = kind.lease_key_from(t).lease_slots(slots);
             }
-            b = b.kind(kind);
-        } else if k.queue.is_some() || k.url.is_some() || k.lease_key.is_some() || k.slots.is_some()
+            b = b.kind(limited(kind, k, name)?);
+        } else if k.queue.is_some()
+            || k.url.is_some()
+            || k.lease_key.is_some()
+            || k.slots.is_some()
+            || k.max_running.is_some()
+            || k.rate.is_some()
         {
             return Err(format!(
                 "[kinds.\"{name}\"]: {name} is built in; only its policy and retry_budget can be changed"

@@ -69,6 +69,7 @@ impl World {
                 owner: OWNER.into(),
                 now: at,
                 lease_until: at + secs(30),
+                caps: Vec::new(),
             })
             .await
             .unwrap()

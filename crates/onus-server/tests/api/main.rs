@@ -184,3 +184,105 @@ async fn postgres_lost_mid_run_loses_no_confirmed_insert_and_recovers() {
     let tags: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(tags, ["before", "after"]);
 }
+
+/// Limits from configuration on a push kind, across two server processes on one PostgreSQL
+/// database: one request in flight per customer (lease key, one slot), never more than three in
+/// all (`max_running`), and four requests per customer per window (`rate`), the rest snoozed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_from_configuration_hold_across_two_processes() {
+    use std::time::Duration;
+
+    use onus_testkit::sink::{HttpSink, Reply};
+    use serde_json::json;
+
+    let sink = HttpSink::start(|_, _| Reply::status(200).delay(Duration::from_millis(100))).await;
+    let toml = format!(
+        r#"{}
+[kinds."push.limited"]
+url = "{url}"
+lease_key = "customer:{{customer}}"
+slots = 1
+max_running = 3
+rate = {{ key = "customer:{{customer}}", limit = 4, per = "300d" }}
+"#,
+        harness::CONFIG,
+        url = sink.url("/limited"),
+    );
+    let db = onus_testkit::TestDb::new(onus_testkit::Backend::Postgres).await;
+    let url = db.url.clone();
+    let a = harness::api_at(db, &url, onus_testkit::Backend::Postgres, &toml)
+        .await
+        .unwrap_or_else(|(_, e)| panic!("{e}"));
+    // A second server process on the same database (its own throwaway database unused).
+    let spare = onus_testkit::TestDb::new(onus_testkit::Backend::Postgres).await;
+    let b = harness::api_at(spare, &url, onus_testkit::Backend::Postgres, &toml)
+        .await
+        .unwrap_or_else(|(_, e)| panic!("{e}"));
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let w = if i % 2 == 0 { &a } else { &b };
+        let (s, j) = w
+            .post(
+                "/api/v1/jobs",
+                json!({"kind": "push.limited", "args": {"customer": i % 6, "i": i}}),
+            )
+            .await;
+        assert_eq!(s, 201, "{j}");
+        assert_eq!(j["lease_key"], json!(format!("customer:{}", i % 6)));
+        ids.push(j["id"].as_i64().unwrap());
+    }
+    let mut done = 0;
+    for id in &ids {
+        // Completed, or snoozed by the spent window (a snooze behind a busy key is a wait).
+        let j = a
+            .wait_job(*id, |j| {
+                j["state"] == "completed"
+                    || (j["state"] == "snoozed"
+                        && j["errors"]
+                            .as_array()
+                            .and_then(|e| e.last())
+                            .is_some_and(|e| e["message"].to_string().contains("rate window")))
+            })
+            .await;
+        if j["state"] == "completed" {
+            done += 1;
+        } else {
+            let last = j["errors"].as_array().unwrap().last().unwrap().clone();
+            assert!(
+                last["message"].as_str().unwrap().contains("rate window"),
+                "{j}"
+            );
+            assert_eq!(
+                j["attempt"],
+                json!(0),
+                "a spent window spends no attempt: {j}"
+            );
+        }
+    }
+    assert_eq!(done, 24, "four per customer in the window");
+    assert_eq!(sink.count(), 24);
+    assert!(
+        sink.max_in_flight() <= 3,
+        "at most three at once: {}",
+        sink.max_in_flight()
+    );
+    // One at a time per customer: each of its requests starts after the one before answered.
+    let got = sink.received();
+    for c in 0..6 {
+        let at: Vec<_> = got
+            .iter()
+            .filter(|r| {
+                serde_json::from_slice::<serde_json::Value>(&r.body)
+                    .is_ok_and(|b| b["args"]["customer"] == json!(c))
+            })
+            .map(|r| r.at)
+            .collect();
+        assert_eq!(at.len(), 4, "customer {c}");
+        for w in at.windows(2) {
+            assert!(
+                w[1].duration_since(w[0]) >= Duration::from_millis(95),
+                "customer {c}: two requests in flight at once"
+            );
+        }
+    }
+}

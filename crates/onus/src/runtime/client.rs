@@ -209,7 +209,14 @@ impl Client {
         // Not before this process has read its clock against the database's.
         if shared.skew.tried() && super::skew::Skew::within_bound(shared) {
             for (i, r) in rows.iter().enumerate() {
-                if r.state != JobState::Available || r.unique_key.is_some() || !shared.runs(&r.kind)
+                // Not a kind capped across processes: only a claim counts what runs elsewhere.
+                if r.state != JobState::Available
+                    || r.unique_key.is_some()
+                    || !shared.runs(&r.kind)
+                    || shared
+                        .kinds
+                        .get(&r.kind)
+                        .is_some_and(|k| k.max_running.is_some())
                 {
                     continue;
                 }
@@ -527,6 +534,10 @@ pub(crate) fn prepare_with(shared: &Shared, mut job: NewJob) -> Result<InsertRow
         if let Some(t) = kind.and_then(|k| k.lease_key.as_ref()) {
             job.lease_key = Some(t.render(&job.args).map_err(Error::Invalid)?);
         }
+    }
+    // The kind's rate key must be built from these args at every attempt: refused now if not.
+    if let Some((_, t)) = kind.and_then(|k| k.rate.as_ref()) {
+        t.render(&job.args).map_err(Error::Invalid)?;
     }
     if let Some(k) = &job.lease_key {
         check_name("lease_key", k)?;

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, Timestamp};
 use crate::db::{AnyTx, LocalFuture, Tx};
 use crate::job::{decode_args, Job, JobArgs, Progress, ReportError};
-use crate::limits::{RateWindow, WhenSpent};
+use crate::limits::RateWindow;
 use crate::outcome::Transition;
 use crate::outcome::{JobError, JobResult};
 use crate::policy::Policy;
-use crate::store::{RateAsk, RateDecision, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// A boxed handler future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = JobResult> + Send + 'static>>;
@@ -46,6 +46,8 @@ pub struct Kind {
     pub(crate) lease_slots: u32,
     pub(crate) lease_key: Option<crate::limits::KeyTemplate>,
     pub(crate) retry_budget: Option<crate::budget::RetryBudget>,
+    pub(crate) max_running: Option<u32>,
+    pub(crate) rate: Option<(RateWindow, crate::limits::KeyTemplate)>,
     pub(crate) handler: Option<Arc<dyn Handler>>,
     pub(crate) check: Option<ArgsCheck>,
 }
@@ -76,6 +78,8 @@ impl Kind {
             lease_slots: 1,
             lease_key: None,
             retry_budget: None,
+            max_running: None,
+            rate: None,
             handler: None,
             check: None,
         }
@@ -110,6 +114,24 @@ impl Kind {
     /// retry over it is deferred until the budget allows (see [`crate::budget`]).
     pub fn retry_budget(mut self, b: crate::budget::RetryBudget) -> Self {
         self.retry_budget = Some(b);
+        self
+    }
+
+    /// At most `n` jobs of this kind run at once across every process (claimed jobs count; the
+    /// others wait, claimable, until one ends). A claim of a capped kind counts its running jobs,
+    /// holding the kind's lock on PostgreSQL.
+    pub fn max_running(mut self, n: u32) -> Self {
+        self.max_running = Some(n.max(1));
+        self
+    }
+
+    /// Takes one use of `limit` for the key `key` builds from each job's args before every
+    /// attempt starts (`"customer:{customer_id}"`; a job whose args lack a field of it is refused
+    /// at insert): when the window is spent the job snoozes to the next window or is dropped, as
+    /// the limit says, without running. The same as [`JobContext::take`] in the handler, for
+    /// kinds whose handler is not Rust in this process (push and pull kinds).
+    pub fn rate_from(mut self, limit: RateWindow, key: crate::limits::KeyTemplate) -> Self {
+        self.rate = Some((limit, key));
         self
     }
 
@@ -280,51 +302,7 @@ impl JobContext {
     /// one that snoozes (the job would be dropped anyway); otherwise the job snoozes until every
     /// spent window has passed.
     pub async fn take_all(&self, limits: &[(&RateWindow, &str)]) -> Result<(), JobError> {
-        if limits.is_empty() {
-            return Ok(());
-        }
-        let asks: Vec<RateAsk> = limits
-            .iter()
-            .map(|(l, key)| RateAsk {
-                key: format!("{}:{key}", l.name),
-                max: l.max,
-                window: l.window,
-            })
-            .collect();
-        let answers = self
-            .store
-            .take_rates(&asks, self.clock.now())
-            .await
-            .map_err(|e| JobError::Retryable(Box::new(e)))?;
-        let spent: Vec<(&RateWindow, &str, Timestamp)> = limits
-            .iter()
-            .zip(&answers)
-            .filter_map(|((l, k), a)| match a {
-                RateDecision::Spent(next) => Some((*l, *k, *next)),
-                RateDecision::Taken { .. } => None,
-            })
-            .collect();
-        let say = |l: &RateWindow, key: &str| {
-            format!(
-                "rate window {} spent for {key} ({} per {})",
-                l.name,
-                l.max,
-                crate::policy::human(l.window)
-            )
-        };
-        if let Some((l, key, _)) = spent
-            .iter()
-            .find(|(l, _, _)| l.when_spent == WhenSpent::Drop)
-        {
-            return Err(JobError::Drop(format!(
-                "{}: dropped on purpose",
-                say(l, key)
-            )));
-        }
-        match spent.iter().max_by_key(|(_, _, next)| *next) {
-            None => Ok(()),
-            Some((l, key, next)) => Err(JobError::snooze_until(*next, say(l, key))),
-        }
+        crate::limits::take_rates(&*self.store, self.clock.now(), limits).await
     }
 
     /// Completes this job in one transaction with `op`'s writes: both commit, or neither (the

@@ -208,8 +208,47 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     /// Kinds this process can run.
-    /// Admits the attempt `job` (as claimed) is about to start under its kind's retry budget:
-    /// `None` to run it, or the deferral to write when the budget is spent.
+    /// The caps on running jobs of `kinds` (those with [`Kind::max_running`]), for a claim.
+    pub(crate) fn caps(&self, kinds: &[String]) -> Vec<(String, u32)> {
+        kinds
+            .iter()
+            .filter_map(|k| {
+                let n = self.kinds.get(k)?.max_running?;
+                Some((k.clone(), n))
+            })
+            .collect()
+    }
+
+    /// Takes a use of the rate window `job`'s kind has from configuration, once the attempt
+    /// holds everything else it needs (its lease key), so a use is spent only by an attempt that
+    /// then runs. `None` to run it, or the state change to write instead (a snooze to the next
+    /// window, a drop, or a hand-back when the database could not be asked).
+    pub(crate) async fn take_rate(&self, job: &crate::Job) -> Option<crate::outcome::Transition> {
+        let kind = self.kinds.get(&job.kind)?;
+        let (limit, template) = kind.rate.as_ref()?;
+        let now = self.clock.now();
+        let answer = match template.render(&job.args) {
+            Ok(key) => crate::limits::take_rates(&*self.store, now, &[(limit, &key)]).await,
+            Err(e) => Err(crate::JobError::discard(e)),
+        };
+        match answer {
+            Ok(()) => None,
+            Err(crate::JobError::Retryable(e)) => {
+                tracing::warn!(job = job.id, error = %e, "cannot take the kind's rate window; handing the job back");
+                Some(crate::outcome::Transition::Return)
+            }
+            Err(e) => Some(crate::outcome::decide(
+                job,
+                crate::outcome::AttemptEnd::Returned(Err(e)),
+                &kind.policy,
+                now,
+                &mut rand::thread_rng(),
+            )),
+        }
+    }
+
+    /// Admits the attempt `job` is about to start under its kind's retry budget: `None` to run
+    /// it, or the deferral to write when the budget is spent.
     pub(crate) fn admit(&self, job: &crate::Job) -> Option<crate::outcome::Transition> {
         let budget = self
             .kinds

@@ -158,6 +158,7 @@ impl Client {
                         owner: owner.clone(),
                         now,
                         lease_until: until,
+                        caps: self.shared.caps(group),
                     })
                     .await?;
                 for j in &jobs {
@@ -195,14 +196,15 @@ impl Client {
         for job in jobs {
             // A retry over its kind's budget waits for it, before it takes anything.
             if let Some(defer) = self.shared.admit(&job) {
-                let back = super::worker::finish_of(&self.shared, &job, defer, None);
-                if let Err(e) = self.shared.store.finish(vec![back]).await {
-                    tracing::warn!(job = job.id, error = %e, "cannot defer the retry; its lease will run out");
-                }
+                self.hand_back(&job, defer, None).await;
                 continue;
             }
             let Some(key) = job.lease_key.clone() else {
-                out.push(job);
+                if let Some(t) = self.shared.take_rate(&job).await {
+                    self.hand_back(&job, t, None).await;
+                } else {
+                    out.push(job);
+                }
                 continue;
             };
             let slots = self
@@ -216,19 +218,27 @@ impl Client {
                 .acquire_lease(&key, slots, &job, owner, now, until)
                 .await
             {
-                Ok(LeaseDecision::Acquired) => out.push(job),
+                Ok(LeaseDecision::Acquired) => match self.shared.take_rate(&job).await {
+                    // A spent rate window snoozes or drops the job, letting go of its key.
+                    Some(t) => self.hand_back(&job, t, Some(key)).await,
+                    None => out.push(job),
+                },
                 Ok(LeaseDecision::Busy(_) | LeaseDecision::Paused(_)) => {}
                 Err(e) => {
                     tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                    let back =
-                        super::worker::finish_of(&self.shared, &job, Transition::Return, None);
-                    if let Err(e) = self.shared.store.finish(vec![back]).await {
-                        tracing::warn!(job = job.id, error = %e, "cannot hand the job back; its lease will run out");
-                    }
+                    self.hand_back(&job, Transition::Return, None).await;
                 }
             }
         }
         out
+    }
+
+    /// Writes `t` for a claimed job not handed out (releasing `key` if it took it).
+    async fn hand_back(&self, job: &Job, t: Transition, key: Option<String>) {
+        let back = super::worker::finish_of(&self.shared, job, t, key);
+        if let Err(e) = self.shared.store.finish(vec![back]).await {
+            tracing::warn!(job = job.id, error = %e, "cannot write the claimed job's state; its lease will run out");
+        }
     }
 
     /// The running job `id` as leased by `token`, or a conflict when the lease is not current.

@@ -130,6 +130,7 @@ pub(crate) async fn run_queue(
                     owner: shared.owner.clone(),
                     now,
                     lease_until: add(now, shared.options.lease_ttl),
+                    caps: shared.caps(&kinds),
                 };
                 let wanted = permits.len();
                 let store = shared.store.clone();
@@ -698,6 +699,16 @@ async fn execute(
         }
     }
 
+    // A spent rate window snoozes or drops the job, letting go of its lease key.
+    if let Some(t) = shared.take_rate(&job).await {
+        send(
+            shared,
+            finish,
+            finish_of(shared, &job, t, release_lease),
+            hold,
+        );
+        return;
+    }
     if hold.lost.is_cancelled() {
         return; // fenced before it could start
     }

@@ -201,6 +201,21 @@ pub struct ClaimRequest {
     pub now: Timestamp,
     /// When the lease on the claimed jobs expires unless renewed.
     pub lease_until: Timestamp,
+    /// Kinds among `kinds` with a total cap on running jobs across every process: a claim takes
+    /// at most the cap less the kind's jobs running now.
+    pub caps: Vec<(String, u32)>,
+}
+
+impl ClaimRequest {
+    /// The same claim for `kinds` only, at most `limit` jobs, uncapped.
+    pub(crate) fn narrowed(&self, kinds: Vec<String>, limit: usize) -> ClaimRequest {
+        ClaimRequest {
+            kinds,
+            limit,
+            caps: Vec::new(),
+            ..self.clone()
+        }
+    }
 }
 
 /// One finished attempt to record.

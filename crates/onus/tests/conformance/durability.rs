@@ -21,6 +21,7 @@ async fn claim_as_dead_process(env: &Env, kind: &str) -> Vec<onus::Job> {
             owner: "dead-process".into(),
             now,
             lease_until: now + chrono::TimeDelta::seconds(30),
+            caps: Vec::new(),
         })
         .await
         .unwrap()
@@ -62,6 +63,7 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
             owner: "dead-long-ago".into(),
             now,
             lease_until: now - chrono::TimeDelta::seconds(1),
+            caps: Vec::new(),
         })
         .await
         .unwrap();

@@ -645,6 +645,7 @@ async fn regression_finishers_take_lease_key_locks_in_one_order() {
             owner: "o".into(),
             now,
             lease_until: until,
+            caps: Vec::new(),
         })
         .await
         .unwrap();
@@ -730,6 +731,7 @@ async fn regression_a_renewal_skips_a_row_being_written_instead_of_waiting() {
             owner: "o".into(),
             now,
             lease_until: now + chrono::TimeDelta::seconds(30),
+            caps: Vec::new(),
         })
         .await
         .unwrap();

@@ -94,6 +94,7 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                         owner: "w".into(),
                         now,
                         lease_until: now + chrono::TimeDelta::seconds(30),
+                        caps: Vec::new(),
                     })
                     .await
                     .unwrap();

@@ -413,6 +413,71 @@ impl PostgresStore {
 
 /// Claims up to `limit` jobs for `req`: from the start of the available jobs, or resuming after
 /// `after` (priority, run_at, id).
+impl PostgresStore {
+    /// A claim with kinds capped across every process: the uncapped kinds as usual, then each
+    /// capped kind in a transaction holding the kind's lock, at most its cap less its jobs
+    /// running now.
+    async fn claim_capped(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
+        let capped: std::collections::HashMap<&str, u32> =
+            req.caps.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+        let free: Vec<String> = req
+            .kinds
+            .iter()
+            .filter(|k| !capped.contains_key(k.as_str()))
+            .cloned()
+            .collect();
+        let mut out = if free.is_empty() {
+            Vec::new()
+        } else {
+            self.claim(req.narrowed(free, req.limit)).await?
+        };
+        for (kind, cap) in &req.caps {
+            if out.len() >= req.limit || !req.kinds.contains(kind) {
+                continue;
+            }
+            let mut c = self.client().await?;
+            let tx = c.transaction().await.map_err(q)?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('onus.cap:' || $1, 0))",
+                &[kind],
+            )
+            .await
+            .map_err(q)?;
+            let running: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = $1",
+                    &[kind],
+                )
+                .await
+                .map_err(q)?
+                .get(0);
+            let room = (i64::from(*cap) - running).min((req.limit - out.len()) as i64);
+            if room > 0 {
+                let one = req.narrowed(vec![kind.clone()], room as usize);
+                let stmt = tx.prepare_cached(&CLAIM_FROM_START).await.map_err(q)?;
+                let rows = tx
+                    .query(
+                        &stmt,
+                        &[
+                            &one.now,
+                            &one.owner,
+                            &one.lease_until,
+                            &one.queue,
+                            &one.kinds,
+                            &room,
+                        ],
+                    )
+                    .await
+                    .map_err(q)?;
+                out.extend(jobs_from(&rows)?);
+            }
+            tx.commit().await.map_err(q)?;
+        }
+        out.sort_by_key(|j| (j.priority, j.run_at, j.id));
+        Ok(out)
+    }
+}
+
 async fn claim_rows(
     c: &deadpool_postgres::Object,
     req: &ClaimRequest,
@@ -1068,6 +1133,9 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
+        if !req.caps.is_empty() {
+            return self.claim_capped(req).await;
+        }
         let c = self.client().await?;
         let limit = req.limit as i64;
         let after = self.cursors.resume(&req);

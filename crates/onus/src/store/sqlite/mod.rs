@@ -1200,25 +1200,65 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        let kinds =
-            serde_json::to_string(&req.kinds).map_err(|e| StoreError::Query(e.to_string()))?;
         self.write(move |conn| {
-            let mut stmt = conn.prepare_cached(CLAIM_SQL).map_err(q)?;
-            let mut jobs = stmt
-                .query_map(
-                    params![
-                        us(req.now),
-                        req.owner,
-                        us(req.lease_until),
-                        req.queue,
-                        kinds,
-                        req.limit as i64
-                    ],
-                    job_from_row,
-                )
-                .map_err(q)?
-                .collect::<rusqlite::Result<Vec<Job>>>()
-                .map_err(q)?;
+            // Kinds capped across every process are claimed one by one, each at most its cap
+            // less its jobs running now (the writer holds the write lock: nothing changes between
+            // the count and the claim); the others together, as usual.
+            let capped: std::collections::HashMap<&str, u32> =
+                req.caps.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+            let free: Vec<&String> = req
+                .kinds
+                .iter()
+                .filter(|k| !capped.contains_key(k.as_str()))
+                .collect();
+            let mut groups: Vec<(Vec<&String>, usize)> = Vec::new();
+            if !free.is_empty() {
+                groups.push((free, req.limit));
+            }
+            for (kind, cap) in &req.caps {
+                if req.kinds.contains(kind) {
+                    groups.push((vec![kind], *cap as usize));
+                }
+            }
+            let mut jobs = Vec::new();
+            for (kinds, cap) in groups {
+                let left = req.limit.saturating_sub(jobs.len());
+                let room = if capped.contains_key(kinds[0].as_str()) {
+                    let running: i64 = conn
+                        .prepare_cached(
+                            "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = ?1",
+                        )
+                        .map_err(q)?
+                        .query_row([kinds[0]], |r| r.get(0))
+                        .map_err(q)?;
+                    (cap as i64 - running).max(0) as usize
+                } else {
+                    cap
+                };
+                let n = room.min(left);
+                if n == 0 {
+                    continue;
+                }
+                let kinds =
+                    serde_json::to_string(&kinds).map_err(|e| StoreError::Query(e.to_string()))?;
+                let mut stmt = conn.prepare_cached(CLAIM_SQL).map_err(q)?;
+                jobs.extend(
+                    stmt.query_map(
+                        params![
+                            us(req.now),
+                            req.owner,
+                            us(req.lease_until),
+                            req.queue,
+                            kinds,
+                            n as i64
+                        ],
+                        job_from_row,
+                    )
+                    .map_err(q)?
+                    .collect::<rusqlite::Result<Vec<Job>>>()
+                    .map_err(q)?,
+                );
+            }
             jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
             Ok(jobs)
         })
