@@ -79,6 +79,8 @@ onus_testkit::both!(
                 lease_slot_outlives_its_ttl_while_the_holder_runs,
                 a_handler_snooze_on_a_leased_job_keeps_its_time,
                 limits_hold_across_processes,
+                max_running_caps_a_kind_across_processes,
+                a_kinds_rate_window_is_taken_before_each_attempt,
             ],
             pauses: [
                 a_paused_key_holds_its_jobs_until_the_pause_ends,

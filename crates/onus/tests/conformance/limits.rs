@@ -414,3 +414,123 @@ pub async fn limits_hold_across_processes(env: Env) {
         r.shutdown(Duration::from_secs(5)).await;
     }
 }
+
+/// A kind capped at three running jobs, run by two runtimes (as two processes) with eight slots
+/// each: never more than three at once, every job done.
+pub async fn max_running_caps_a_kind_across_processes(env: Env) {
+    let now = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let mut running = Vec::new();
+    let mut client = None;
+    for _ in 0..2 {
+        let (n, m) = (now.clone(), max.clone());
+        let onus = onus::Onus::builder(env.reopen().await)
+            .clock(env.clock.clone())
+            .options(crate::harness::fast_options())
+            .queue("default", 8)
+            .kind(
+                Kind::new("capped")
+                    .max_running(3)
+                    .handler(move |_c: JobContext| {
+                        let (n, m) = (n.clone(), m.clone());
+                        async move {
+                            let c = n.fetch_add(1, Ordering::SeqCst) + 1;
+                            m.fetch_max(c, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(5)).await; // holds its slot a moment, as real work does
+                            n.fetch_sub(1, Ordering::SeqCst);
+                            Ok(())
+                        }
+                    }),
+            )
+            .build()
+            .unwrap();
+        client.get_or_insert_with(|| onus.client());
+        running.push(onus.start());
+    }
+    let client = client.unwrap();
+    let rows = client
+        .insert_many(
+            (0..60)
+                .map(|i| NewJob::new("capped", json!({ "i": i })))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    for r in &rows {
+        let j = env.wait_state(r.job.id, JobState::Completed).await;
+        assert_eq!(j.attempt, 1);
+    }
+    assert!(
+        max.load(Ordering::SeqCst) <= 3,
+        "at most 3 at once across both; saw {}",
+        max.load(Ordering::SeqCst)
+    );
+    for r in running {
+        r.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+/// A rate window from a kind's definition (as configuration gives push and pull kinds), keyed by
+/// the args: two per customer per hour, the rest snoozed to the next window without running.
+pub async fn a_kinds_rate_window_is_taken_before_each_attempt(env: Env) {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let onus = env
+        .builder()
+        .kind(
+            Kind::new("rated")
+                .rate_from(
+                    RateWindow::new("rated", 2, Duration::from_secs(3600), WhenSpent::Snooze),
+                    onus::KeyTemplate::parse("customer:{customer}").unwrap(),
+                )
+                .handler(move |_c: JobContext| {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    async { Ok(()) }
+                }),
+        )
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let e = client
+        .insert(NewJob::new("rated", json!({})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("customer"),
+        "a job without the key's field is refused: {e}"
+    );
+    let ids: Vec<_> = client
+        .insert_many(
+            (0..5)
+                .map(|i| NewJob::new("rated", json!({ "customer": "acme", "i": i })))
+                .collect(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.job.id)
+        .collect();
+    let running = onus.start();
+    let mut done = 0;
+    for id in &ids {
+        let j = env
+            .wait_job(*id, "completed or snoozed by the window", |j| {
+                j.state == JobState::Completed || j.state == JobState::Snoozed
+            })
+            .await;
+        if j.state == JobState::Completed {
+            done += 1;
+        } else {
+            assert_eq!(j.attempt, 0);
+            assert_eq!(j.errors[0].class, EntryClass::Snooze);
+            assert!(
+                j.errors[0].message.contains("customer:acme"),
+                "{:?}",
+                j.errors
+            );
+        }
+    }
+    assert_eq!((done, ran.load(Ordering::SeqCst)), (2, 2));
+    running.shutdown(Duration::from_secs(5)).await;
+}
