@@ -75,6 +75,9 @@ impl RetryBudget {
 struct Window {
     starts: VecDeque<(Timestamp, bool)>,
     retries: usize,
+    /// When the next deferred retry is due: deferrals take turns a share of the window apart,
+    /// so they come back at the rate the budget allows instead of all at once.
+    next_turn: Option<Timestamp>,
 }
 
 impl Window {
@@ -106,11 +109,14 @@ pub const DEFERRALS: &str = "onus_retry_budget_deferrals_total";
 impl Budgets {
     /// Admits an attempt of `kind` starting at `now` (a retry when `retry`) under `budget`:
     /// `Ok` counts it; `Err(t)` means the budget is spent and the retry should wait until `t`.
+    /// A retry `returning` from a deferral comes back at its turn; any other retry waits behind
+    /// the deferred ones still to come back, so none is passed over again and again.
     pub(crate) fn admit(
         &self,
         kind: &str,
         budget: &RetryBudget,
         retry: bool,
+        returning: bool,
         now: Timestamp,
     ) -> Result<(), Timestamp> {
         let mut all = self.windows.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,18 +125,19 @@ impl Budgets {
         let allowed = budget.allowance(w.starts.len() + 1);
         let pressure = (w.retries + usize::from(retry)) as f64 / allowed.max(1) as f64;
         metrics::gauge!(PRESSURE, "kind" => kind.to_string()).set(pressure);
-        if retry && w.retries + 1 > allowed {
+        let queued = !returning && w.next_turn.is_some_and(|t| t > now);
+        if retry && (w.retries + 1 > allowed || queued) {
             metrics::counter!(DEFERRALS, "kind" => kind.to_string()).increment(1);
-            // When the oldest retry in the window leaves it, spread over a tenth of a window so
-            // the deferred retries do not all come back at once.
+            // No sooner than when the oldest retry in the window leaves it, and after the
+            // deferrals before it, one turn (the window over the retries it allows) apart.
             let oldest = w.starts.iter().find(|(_, r)| *r).map_or(now, |(t, _)| *t);
-            let spread = budget
-                .window
-                .mul_f64(rand::thread_rng().gen_range(0.0..0.1));
-            return Err(clock::trunc(clock::add(
-                clock::add(oldest, budget.window),
-                spread,
-            )));
+            let frees = clock::add(oldest, budget.window);
+            let turn = w.next_turn.filter(|t| *t > frees).unwrap_or(frees);
+            let gap = budget.window / allowed.max(1) as u32;
+            w.next_turn = Some(clock::add(turn, gap));
+            // Up to a tenth of a turn later, so those deferred together do not meet at one instant.
+            let spread = gap.mul_f64(rand::thread_rng().gen_range(0.0..0.1));
+            return Err(clock::trunc(clock::add(turn, spread)));
         }
         w.starts.push_back((now, retry));
         if retry {
@@ -154,19 +161,24 @@ mod tests {
         let budgets = Budgets::default();
         // Ten first attempts allow two retries (0.2 * 12 attempts, floor 2).
         for i in 0..10 {
-            assert!(budgets.admit("k", &b, false, at(i)).is_ok());
+            assert!(budgets.admit("k", &b, false, false, at(i)).is_ok());
         }
-        assert!(budgets.admit("k", &b, true, at(10)).is_ok());
-        assert!(budgets.admit("k", &b, true, at(11)).is_ok());
-        let until = budgets.admit("k", &b, true, at(12)).unwrap_err();
-        // Deferred until the first retry (at 10 s) leaves the window, within a tenth of it.
-        assert!(until >= at(70) && until < at(76), "{until}");
+        assert!(budgets.admit("k", &b, true, false, at(10)).is_ok());
+        assert!(budgets.admit("k", &b, true, false, at(11)).is_ok());
+        let until = budgets.admit("k", &b, true, false, at(12)).unwrap_err();
+        // Deferred until the first retry (at 10 s) leaves the window, within a tenth of a turn.
+        assert!(until >= at(70) && until < at(73), "{until}");
+        // The next deferral takes the next turn: the window over the two retries it allows.
+        let next = budgets.admit("k", &b, true, false, at(13)).unwrap_err();
+        assert!(next >= at(100) && next < at(103), "{next}");
         // Another kind has its own window.
-        assert!(budgets.admit("other", &b, true, at(12)).is_ok());
-        // Once the window slid past them, retries are allowed again (the minimum: 2).
-        assert!(budgets.admit("k", &b, true, at(71)).is_ok());
-        assert!(budgets.admit("k", &b, true, at(72)).is_ok());
-        assert!(budgets.admit("k", &b, true, at(73)).is_err());
+        assert!(budgets.admit("other", &b, true, false, at(12)).is_ok());
+        // A fresh retry waits behind the deferred ones still to come back...
+        assert!(budgets.admit("k", &b, true, false, at(71)).is_err());
+        // ...which come back at their turn and run, the window having slid past the first.
+        assert!(budgets.admit("k", &b, true, true, at(71)).is_ok());
+        assert!(budgets.admit("k", &b, true, true, at(72)).is_ok());
+        assert!(budgets.admit("k", &b, true, true, at(73)).is_err());
     }
 
     #[test]

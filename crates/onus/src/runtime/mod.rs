@@ -258,7 +258,15 @@ impl Shared {
         let now = self.clock.now();
         let until = self
             .budgets
-            .admit(&job.kind, &budget, job.attempt > 1, now)
+            .admit(
+                &job.kind,
+                &budget,
+                job.attempt > 1,
+                job.errors
+                    .last()
+                    .is_some_and(|e| e.class == crate::job::EntryClass::Deferred),
+                now,
+            )
             .err()?;
         Some(crate::outcome::Transition::Defer {
             run_at: until,
