@@ -86,6 +86,7 @@ onus_testkit::both!(
                 a_paused_key_holds_its_jobs_until_the_pause_ends,
                 a_handler_that_pauses_its_key_holds_the_others_and_a_resume_frees_them,
                 an_operators_pause_is_replaced_and_a_jobs_only_lengthened,
+                a_paused_rate_key_holds_the_jobs_that_take_it,
             ],
             budget: [
                 a_spent_retry_budget_defers_retries_and_loses_nothing,

@@ -64,7 +64,8 @@ pub static JOBS: Line = Line {
         "005_inserts_count_themselves.sql",
         "006_key_pauses.sql",
         "007_progress_and_results.sql",
-        "008_periodic_pause.sql"
+        "008_periodic_pause.sql",
+        "009_rate_keys.sql"
     ),
     postgres: migrations!(
         "../../migrations/jobs/postgres",
@@ -75,7 +76,8 @@ pub static JOBS: Line = Line {
         "005_counted_update_without_join.sql",
         "006_key_pauses.sql",
         "007_progress_and_results.sql",
-        "008_periodic_pause.sql"
+        "008_periodic_pause.sql",
+        "009_rate_keys.sql"
     ),
 };
 

@@ -535,10 +535,12 @@ pub(crate) fn prepare_with(shared: &Shared, mut job: NewJob) -> Result<InsertRow
             job.lease_key = Some(t.render(&job.args).map_err(Error::Invalid)?);
         }
     }
-    // The kind's rate key must be built from these args at every attempt: refused now if not.
-    if let Some((_, t)) = kind.and_then(|k| k.rate.as_ref()) {
-        t.render(&job.args).map_err(Error::Invalid)?;
-    }
+    // The kind's rate key, built from these args (refused now if it cannot be), is kept with
+    // the job so that a pause of the key finds it.
+    let rate_key = match kind.and_then(|k| k.rate.as_ref()) {
+        Some((_, t)) => Some(t.render(&job.args).map_err(Error::Invalid)?),
+        None => None,
+    };
     if let Some(k) = &job.lease_key {
         check_name("lease_key", k)?;
     }
@@ -588,6 +590,7 @@ pub(crate) fn prepare_with(shared: &Shared, mut job: NewJob) -> Result<InsertRow
         created_at: now,
         unique_key: job.unique_key,
         lease_key: job.lease_key,
+        rate_key,
         tags: job.tags,
     })
 }

@@ -228,7 +228,20 @@ impl Shared {
         let (limit, template) = kind.rate.as_ref()?;
         let now = self.clock.now();
         let answer = match template.render(&job.args) {
-            Ok(key) => crate::limits::take_rates(&*self.store, now, &[(limit, &key)]).await,
+            Ok(key) => {
+                // A paused rate key holds the job until its pause ends, as a paused lease key does.
+                match self.store.paused_until(&key, now).await {
+                    Ok(Some(until)) => {
+                        return Some(crate::outcome::Transition::Hold { run_at: until })
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(job = job.id, error = %e, "cannot read the rate key's pause; handing the job back");
+                        return Some(crate::outcome::Transition::Return);
+                    }
+                }
+                crate::limits::take_rates(&*self.store, now, &[(limit, &key)]).await
+            }
             Err(e) => Err(crate::JobError::discard(e)),
         };
         match answer {

@@ -143,6 +143,8 @@ pub struct InsertRow {
     pub unique_key: Option<String>,
     /// The lease key it holds while it runs (at most the kind's slots run per key).
     pub lease_key: Option<String>,
+    /// The key of its kind's configured rate window, kept so that a pause of the key finds it.
+    pub rate_key: Option<String>,
     /// Labels to find it by.
     pub tags: Vec<String>,
 }
@@ -833,6 +835,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Ends `key`'s pause now: its held jobs are due at once. `None` when the key was not paused.
     async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>>;
+
+    /// When `key`'s pause in force at `now` ends, if it is paused.
+    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>>;
 
     /// The keys paused at `now`, by key, with how many jobs each holds.
     async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>>;

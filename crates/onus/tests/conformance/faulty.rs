@@ -244,6 +244,10 @@ impl Store for Faulty {
         self.gate().await;
         self.inner.resume_key(key, now).await
     }
+    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
+        self.gate().await;
+        self.inner.paused_until(key, now).await
+    }
     async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<onus::PausedKey>> {
         self.gate().await;
         self.inner.paused_keys(now).await

@@ -286,3 +286,71 @@ pub async fn an_operators_pause_is_replaced_and_a_jobs_only_lengthened(env: Env)
         );
     }
 }
+
+/// A pause of a kind's rate key (from its definition, as configuration gives push and pull kinds)
+/// holds the jobs that take that key, as one of a lease key does.
+pub async fn a_paused_rate_key_holds_the_jobs_that_take_it(env: Env) {
+    let onus = env
+        .builder()
+        .kind(
+            Kind::new("rated")
+                .rate_from(
+                    onus::RateWindow::new(
+                        "rated",
+                        1000,
+                        Duration::from_secs(3600),
+                        onus::WhenSpent::Snooze,
+                    ),
+                    onus::KeyTemplate::parse("customer:{customer}").unwrap(),
+                )
+                .handler(|_c: JobContext| async { Ok(()) }),
+        )
+        .build()
+        .unwrap();
+    let client = onus.client();
+    let waiting: Vec<_> = client
+        .insert_many(
+            (0..3)
+                .map(|i| NewJob::new("rated", json!({ "customer": "acme", "i": i })))
+                .collect(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.job.id)
+        .collect();
+    let until = env.clock_now() + chrono::TimeDelta::hours(1);
+    assert_eq!(
+        client.pause_key("customer:acme", until, "").await.unwrap(),
+        3
+    );
+    let running = onus.start();
+    // One inserted during the pause is held when its attempt would take the key.
+    let late = crate::harness::insert_id(
+        &client,
+        NewJob::new("rated", json!({ "customer": "acme", "late": true })),
+    )
+    .await;
+    let other = crate::harness::insert_id(
+        &client,
+        NewJob::new("rated", json!({ "customer": "globex" })),
+    )
+    .await;
+    env.wait_state(other, JobState::Completed).await;
+    let j = env
+        .wait_job(late, "held at its claim", |j| {
+            j.state == JobState::Scheduled
+        })
+        .await;
+    assert_held(&j, until);
+    for id in &waiting {
+        assert_held(&env.job(*id).await, until);
+    }
+    assert_eq!(client.paused_keys().await.unwrap()[0].held, 4);
+    assert_eq!(client.resume_key("customer:acme").await.unwrap(), Some(4));
+    for id in waiting.iter().chain([&late]) {
+        let j = env.wait_state(*id, JobState::Completed).await;
+        assert_eq!((j.attempt, j.snoozes), (1, 0));
+    }
+    running.shutdown(Duration::from_secs(5)).await;
+}

@@ -643,20 +643,22 @@ async fn insert_bulk(
     let run_ats: Vec<Timestamp> = rows.iter().map(|r| r.run_at).collect();
     let created: Vec<Timestamp> = rows.iter().map(|r| r.created_at).collect();
     let lease_keys: Vec<Option<&str>> = rows.iter().map(|r| r.lease_key.as_deref()).collect();
+    let rate_keys: Vec<Option<&str>> = rows.iter().map(|r| r.rate_key.as_deref()).collect();
     let tags: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::json!(r.tags)).collect();
     let sql = format!(
             "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags,
-                                    attempt, attempted_at, lease_owner, lease_expires_at)
+                                    attempt, attempted_at, lease_owner, lease_expires_at, rate_key)
              SELECT kind, queue, args, priority, CASE WHEN took THEN 'running' ELSE state END, max_attempts, run_at,
                     created_at, lease_key, tags, CASE WHEN took THEN 1 ELSE 0 END,
                     CASE WHEN took THEN $12::timestamptz END, CASE WHEN took THEN $13::text END,
-                    CASE WHEN took THEN $14::timestamptz END
+                    CASE WHEN took THEN $14::timestamptz END, rate_key
              FROM (SELECT t.*, t.take AND NOT EXISTS (
                           SELECT 1 FROM onus_queues q WHERE q.name = t.queue AND q.paused_at IS NOT NULL) AS took
                    FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::text[], $6::integer[],
-                               $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[], $11::boolean[])
+                               $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[], $11::boolean[],
+                               $15::text[])
                         WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at,
-                                             lease_key, tags, take, ord)) s
+                                             lease_key, tags, take, rate_key, ord)) s
              ORDER BY ord
              RETURNING {JOB_COLS}"
         );
@@ -695,6 +697,7 @@ async fn insert_bulk(
                 &claim_at,
                 &owner,
                 &lease_until,
+                &rate_keys,
             ],
         )
         .await
@@ -712,8 +715,8 @@ async fn insert_bulk(
 
 async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted> {
     let sql = format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags, rate_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
              DO NOTHING
              RETURNING {JOB_COLS}"
@@ -737,6 +740,7 @@ async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted
                 &r.unique_key,
                 &r.lease_key,
                 &tags,
+                &r.rate_key,
             ],
         )
         .await
@@ -949,7 +953,7 @@ async fn pause_key(
     let held = c
         .execute(
             "UPDATE onus_jobs SET state = 'scheduled', run_at = $2, lease_wait = true
-             WHERE lease_key = $1 AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
+             WHERE (lease_key = $1 OR rate_key = $1) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
                AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait)) AND id <> $4",
             &[&key, &until, &now, &except.unwrap_or(0)],
         )
@@ -962,7 +966,7 @@ async fn pause_key(
 async fn count_held(c: &impl GenericClient, key: &str) -> StoreResult<u64> {
     let row = c
         .query_one(
-            "SELECT count(*) FROM onus_jobs WHERE lease_key = $1 AND state = 'scheduled' AND lease_wait",
+            "SELECT count(*) FROM onus_jobs WHERE (lease_key = $1 OR rate_key = $1) AND state = 'scheduled' AND lease_wait",
             &[&key],
         )
         .await
@@ -1662,7 +1666,7 @@ impl Store for PostgresStore {
             .query_one(
                 "WITH r AS (
                     UPDATE onus_jobs SET run_at = $2, lease_wait = false
-                    WHERE lease_key = $1 AND state = 'scheduled' AND lease_wait RETURNING queue
+                    WHERE (lease_key = $1 OR rate_key = $1) AND state = 'scheduled' AND lease_wait RETURNING queue
                  ), n AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM r) d)
                  SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n)",
                 &[&key, &now],
@@ -1673,12 +1677,24 @@ impl Store for PostgresStore {
         Ok(Some(row.get::<_, i64>(0).max(0) as u64))
     }
 
+    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt(
+                "SELECT until FROM onus_key_pauses WHERE key = $1 AND until > $2",
+                &[&key, &now],
+            )
+            .await
+            .map_err(q)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
         let c = self.client().await?;
         let rows = c
             .query(
                 "SELECT p.key, p.until, p.paused_at, p.reason,
-                    (SELECT count(*) FROM onus_jobs j WHERE j.lease_key = p.key AND j.state = 'scheduled' AND j.lease_wait)
+                    (SELECT count(*) FROM onus_jobs j WHERE (j.lease_key = p.key OR j.rate_key = p.key) AND j.state = 'scheduled' AND j.lease_wait)
                  FROM onus_key_pauses p WHERE p.until > $1 ORDER BY p.key",
                 &[&now],
             )

@@ -687,8 +687,8 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
     let tags = serde_json::to_string(&row.tags).map_err(|e| StoreError::Query(e.to_string()))?;
     let mut stmt = conn
         .prepare_cached(&format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags, rate_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
              DO NOTHING
              RETURNING {JOB_COLS}"
@@ -707,7 +707,8 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
                 us(row.created_at),
                 row.unique_key,
                 row.lease_key,
-                tags
+                tags,
+                row.rate_key
             ],
             job_from_row,
         )
@@ -782,7 +783,7 @@ fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) 
                 ))
             })
             .collect::<StoreResult<Vec<(String, String, &str, i64, i64)>>>()?;
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(size * 10);
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(size * 11);
         for (r, (args, tags, state, run_at, created_at)) in chunk.iter().zip(&owned) {
             values.extend([
                 &r.kind as &dyn rusqlite::ToSql,
@@ -795,6 +796,7 @@ fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) 
                 created_at,
                 &r.lease_key,
                 tags,
+                &r.rate_key,
             ]);
         }
         let n = stmt.execute(values.as_slice()).map_err(q)?;
@@ -816,10 +818,10 @@ fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) 
 }
 
 fn bulk_sql(rows: usize) -> String {
-    let one = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let one = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let values = vec![one; rows].join(", ");
     format!(
-        "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags)
+        "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags, rate_key)
          VALUES {values}"
     )
 }
@@ -978,7 +980,7 @@ fn pause_key(
     let held = conn
         .prepare_cached(
             "UPDATE onus_jobs SET state = 'scheduled', run_at = ?2, lease_wait = 1
-             WHERE lease_key = ?1 AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
+             WHERE (lease_key = ?1 OR rate_key = ?1) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
                AND (run_at <= ?3 OR (state = 'scheduled' AND lease_wait = 1)) AND id <> ?4",
         )
         .map_err(q)?
@@ -991,7 +993,7 @@ fn pause_key(
 fn count_held(conn: &Connection, key: &str) -> StoreResult<u64> {
     let n: i64 = conn
         .prepare_cached(
-            "SELECT count(*) FROM onus_jobs WHERE lease_key = ?1 AND state = 'scheduled' AND lease_wait = 1",
+            "SELECT count(*) FROM onus_jobs WHERE (lease_key = ?1 OR rate_key = ?1) AND state = 'scheduled' AND lease_wait = 1",
         )
         .map_err(q)?
         .query_row([key], |r| r.get(0))
@@ -1609,7 +1611,7 @@ impl Store for SqliteStore {
             let n = conn
                 .prepare_cached(
                     "UPDATE onus_jobs SET run_at = ?2, lease_wait = 0
-                     WHERE lease_key = ?1 AND state = 'scheduled' AND lease_wait = 1",
+                     WHERE (lease_key = ?1 OR rate_key = ?1) AND state = 'scheduled' AND lease_wait = 1",
                 )
                 .map_err(q)?
                 .execute(params![key, us(now)])
@@ -1619,12 +1621,26 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
+        let key = key.to_string();
+        self.read(move |conn| {
+            let v: Option<i64> = conn
+                .prepare_cached("SELECT until FROM onus_key_pauses WHERE key = ?1 AND until > ?2")
+                .map_err(q)?
+                .query_row(params![key, us(now)], |r| r.get(0))
+                .optional()
+                .map_err(q)?;
+            Ok(ts(v))
+        })
+        .await
+    }
+
     async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
         self.read(move |conn| {
             let rows = conn
                 .prepare_cached(
                     "SELECT p.key, p.until, p.paused_at, p.reason,
-                        (SELECT count(*) FROM onus_jobs j WHERE j.lease_key = p.key AND j.state = 'scheduled' AND j.lease_wait = 1)
+                        (SELECT count(*) FROM onus_jobs j WHERE (j.lease_key = p.key OR j.rate_key = p.key) AND j.state = 'scheduled' AND j.lease_wait = 1)
                      FROM onus_key_pauses p WHERE p.until > ?1 ORDER BY p.key",
                 )
                 .map_err(q)?
