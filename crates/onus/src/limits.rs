@@ -151,6 +151,22 @@ impl LeaseAsk<'_> {
             })
     }
 
+    /// The hold written when the key is paused until `until`: attempt given back, nothing in the
+    /// job's history (see [`crate::outcome::Transition::Hold`]).
+    pub(crate) fn paused_hold(&self, until: crate::Timestamp) -> crate::store::Finish {
+        crate::store::Finish {
+            id: self.job.id,
+            owner: self.owner.to_string(),
+            attempt: self.job.attempt,
+            transition: crate::outcome::Transition::Hold { run_at: until },
+            now: self.now,
+            release_lease: None,
+            periodic: None,
+            expired_before: None,
+            result: None,
+        }
+    }
+
     /// The snooze written when every slot is busy: no attempt spent, until the earliest slot
     /// frees, or a slot's lease after the latest other waiter (`last_waiter`), so waiters whose
     /// holder died wake one by one.

@@ -1534,20 +1534,17 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(q)?;
+        let ask = crate::limits::LeaseAsk {
+            key,
+            slots,
+            job,
+            owner,
+            now,
+            until,
+        };
         if let Some(p) = rows.iter().find(|r| r.get::<_, i32>(0) < 0) {
             let until: Timestamp = p.get(2);
-            let hold = Finish {
-                id: job.id,
-                owner: owner.to_string(),
-                attempt: job.attempt,
-                transition: Transition::Hold { run_at: until },
-                now,
-                release_lease: None,
-                periodic: None,
-                expired_before: None,
-                result: None,
-            };
-            finish_one(&*tx, &hold, false).await?;
+            finish_one(&*tx, &ask.paused_hold(until), false).await?;
             // Not waiting for the disk, as for a busy key below.
             tx.batch_execute("SET LOCAL synchronous_commit = off")
                 .await
@@ -1559,14 +1556,6 @@ impl Store for PostgresStore {
             .iter()
             .map(|r| (r.get::<_, i32>(0).max(0) as u32, r.get(1), r.get(2)))
             .collect();
-        let ask = crate::limits::LeaseAsk {
-            key,
-            slots,
-            job,
-            owner,
-            now,
-            until,
-        };
         let decision = match ask.free_slot(&held) {
             Some(s) => {
                 tx.execute(

@@ -989,6 +989,17 @@ fn pause_key(
     Ok(held as u64)
 }
 
+/// When `key`'s pause in force at `now` ends, if it is paused.
+fn paused_until(conn: &Connection, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
+    let v: Option<i64> = conn
+        .prepare_cached("SELECT until FROM onus_key_pauses WHERE key = ?1 AND until > ?2")
+        .map_err(q)?
+        .query_row(params![key, us(now)], |r| r.get(0))
+        .optional()
+        .map_err(q)?;
+    Ok(ts(v))
+}
+
 /// How many jobs `key`'s pause holds.
 fn count_held(conn: &Connection, key: &str) -> StoreResult<u64> {
     let n: i64 = conn
@@ -1499,26 +1510,9 @@ impl Store for SqliteStore {
         let owner = owner.to_string();
         let job = job.clone();
         self.write(move |conn| {
-            let paused: Option<i64> = conn
-                .prepare_cached("SELECT until FROM onus_key_pauses WHERE key = ?1 AND until > ?2")
-                .map_err(q)?
-                .query_row(params![key, us(now)], |r| r.get(0))
-                .optional()
-                .map_err(q)?;
-            if let Some(until) = paused {
-                let until = from_micros(until);
-                let hold = Finish {
-                    id: job.id,
-                    owner: owner.clone(),
-                    attempt: job.attempt,
-                    transition: Transition::Hold { run_at: until },
-                    now,
-                    release_lease: None,
-                    periodic: None,
-                    expired_before: None,
-                    result: None,
-                };
-                finish_one(conn, &hold, false)?;
+            let ask = crate::limits::LeaseAsk { key: &key, slots, job: &job, owner: &owner, now, until };
+            if let Some(until) = paused_until(conn, &key, now)? {
+                finish_one(conn, &ask.paused_hold(until), false)?;
                 return Ok(LeaseDecision::Paused(until));
             }
             let held: Vec<crate::limits::SlotRow> = conn
@@ -1528,7 +1522,6 @@ impl Store for SqliteStore {
                 .map_err(q)?
                 .collect::<rusqlite::Result<_>>()
                 .map_err(q)?;
-            let ask = crate::limits::LeaseAsk { key: &key, slots, job: &job, owner: &owner, now, until };
             if let Some(s) = ask.free_slot(&held) {
                 conn.prepare_cached(
                     "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES (?1, ?2, ?3, ?4)
@@ -1623,16 +1616,7 @@ impl Store for SqliteStore {
 
     async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
         let key = key.to_string();
-        self.read(move |conn| {
-            let v: Option<i64> = conn
-                .prepare_cached("SELECT until FROM onus_key_pauses WHERE key = ?1 AND until > ?2")
-                .map_err(q)?
-                .query_row(params![key, us(now)], |r| r.get(0))
-                .optional()
-                .map_err(q)?;
-            Ok(ts(v))
-        })
-        .await
+        self.read(move |conn| paused_until(conn, &key, now)).await
     }
 
     async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
