@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::{self, Timestamp};
 
 /// A retry budget: of the attempts a kind starts in any `window`, at most `ratio` (or
-/// `min_per_window`, whichever allows more) may be retries.
+/// `min_per_window`, whichever allows more, and never fewer than one) may be retries.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBudget {
@@ -30,7 +30,8 @@ pub struct RetryBudget {
     /// The sliding window.
     #[serde(with = "crate::policy::duration_str")]
     pub window: Duration,
-    /// Retries always allowed per window, however few first attempts there were.
+    /// Retries always allowed per window, however few first attempts there were (one when 0:
+    /// a budget never stops retries, it spaces them).
     #[serde(default)]
     pub min_per_window: u32,
 }
@@ -64,9 +65,13 @@ impl RetryBudget {
         Ok(())
     }
 
-    /// Retries allowed in a window that saw `attempts` attempts (this one included).
+    /// Retries allowed in a window that saw `attempts` attempts (this one included): never
+    /// fewer than one, so a budget slows retries but never stops them (a lone failing job under
+    /// `ratio = 0.2` still gets its retry; `ratio = 0` allows one a window).
     fn allowance(&self, attempts: usize) -> usize {
-        ((self.ratio * attempts as f64).floor() as usize).max(self.min_per_window as usize)
+        ((self.ratio * attempts as f64).floor() as usize)
+            .max(self.min_per_window as usize)
+            .max(1)
     }
 }
 
@@ -128,15 +133,22 @@ impl Budgets {
         let queued = !returning && w.next_turn.is_some_and(|t| t > now);
         if retry && (w.retries + 1 > allowed || queued) {
             metrics::counter!(DEFERRALS, "kind" => kind.to_string()).increment(1);
-            // No sooner than when the oldest retry in the window leaves it, and after the
-            // deferrals before it, one turn (the window over the retries it allows) apart.
+            // No sooner than when the oldest retry in the window leaves it (and so there is room
+            // for one more: the allowance is at least one).
             let oldest = w.starts.iter().find(|(_, r)| *r).map_or(now, |(t, _)| *t);
-            let frees = clock::add(oldest, budget.window);
-            let turn = w.next_turn.filter(|t| *t > frees).unwrap_or(frees);
-            let gap = budget.window / allowed.max(1) as u32;
-            w.next_turn = Some(clock::add(turn, gap));
+            let frees = clock::add(oldest, budget.window).max(now);
+            let gap = budget.window / allowed as u32;
             // Up to a tenth of a turn later, so those deferred together do not meet at one instant.
             let spread = gap.mul_f64(rand::thread_rng().gen_range(0.0..0.1));
+            if returning {
+                // A deferred retry back at its turn that still finds no room keeps its place
+                // ahead of the queue: it takes the first room, and no later deferral passes it.
+                return Err(clock::trunc(clock::add(frees, spread)));
+            }
+            // After the deferrals before it, one turn (the window over the retries it allows)
+            // apart.
+            let turn = w.next_turn.filter(|t| *t > frees).unwrap_or(frees);
+            w.next_turn = Some(clock::add(turn, gap));
             return Err(clock::trunc(clock::add(turn, spread)));
         }
         w.starts.push_back((now, retry));
@@ -179,6 +191,43 @@ mod tests {
         assert!(budgets.admit("k", &b, true, true, at(71)).is_ok());
         assert!(budgets.admit("k", &b, true, true, at(72)).is_ok());
         assert!(budgets.admit("k", &b, true, true, at(73)).is_err());
+    }
+
+    #[test]
+    fn regression_a_budget_without_a_minimum_never_stops_retries() {
+        // ratio 0.2 with no minimum: a lone failing job's retry would be allowed 0.2 * 2 = 0.
+        let b = RetryBudget::new(0.2, Duration::from_secs(5), 0).unwrap();
+        let budgets = Budgets::default();
+        assert!(budgets.admit("k", &b, false, false, at(0)).is_ok());
+        assert!(budgets.admit("k", &b, true, false, at(1)).is_ok());
+        // The next retry in the same window waits for the first to leave it...
+        let until = budgets.admit("k", &b, true, false, at(2)).unwrap_err();
+        assert!(until >= at(6) && until < at(7), "{until}");
+        // ...and runs when it comes back.
+        assert!(budgets.admit("k", &b, true, true, until).is_ok());
+        // A budget of no retries at all still lets one a window through.
+        let none = RetryBudget::new(0.0, Duration::from_secs(5), 0).unwrap();
+        assert!(budgets.admit("z", &none, false, false, at(0)).is_ok());
+        assert!(budgets.admit("z", &none, true, false, at(1)).is_ok());
+        let until = budgets.admit("z", &none, true, false, at(2)).unwrap_err();
+        assert!(budgets.admit("z", &none, true, true, until).is_ok());
+    }
+
+    #[test]
+    fn regression_a_returning_retry_keeps_its_place() {
+        let b = RetryBudget::new(0.0, Duration::from_secs(10), 1).unwrap();
+        let budgets = Budgets::default();
+        assert!(budgets.admit("k", &b, true, false, at(0)).is_ok());
+        // Three deferred: turns at 10, 20 and 30 s.
+        let first = budgets.admit("k", &b, true, false, at(1)).unwrap_err();
+        let second = budgets.admit("k", &b, true, false, at(2)).unwrap_err();
+        let third = budgets.admit("k", &b, true, false, at(3)).unwrap_err();
+        assert!(first < second && second < third);
+        // Another retry took the room at 10 s: the first, back at its turn, finds none, and
+        // waits for the next room (20 s), not behind the third's turn.
+        assert!(budgets.admit("k", &b, true, true, at(10)).is_ok());
+        let again = budgets.admit("k", &b, true, true, first).unwrap_err();
+        assert!(again < third, "{again} is behind {third}");
     }
 
     #[test]

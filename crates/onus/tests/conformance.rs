@@ -31,6 +31,8 @@ mod postgres_only;
 mod progress;
 #[path = "conformance/regressions.rs"]
 mod regressions;
+#[path = "conformance/round_three.rs"]
+mod round_three;
 #[path = "conformance/sqlite_only.rs"]
 mod sqlite_only;
 #[path = "conformance/state_machine.rs"]
@@ -136,6 +138,9 @@ onus_testkit::both!(
                 regression_lease_waiters_wake_in_order,
                 regression_a_clock_ahead_never_rescues_healthy_jobs,
                 regression_an_outcome_that_keeps_timing_out_is_given_up,
+            ],
+            round_three: [
+                regression_a_retry_budget_never_stalls_a_job,
             ],
 );
 

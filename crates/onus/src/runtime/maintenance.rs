@@ -164,13 +164,14 @@ pub(crate) async fn rescuer(
                         continue;
                     };
                     tracing::warn!(job = job.id, kind = %job.kind, owner = ?job.lease_owner, "rescuing a job whose worker was lost");
-                    let t = decide(
-                        &job,
-                        AttemptEnd::WorkerLost,
-                        &kind.policy,
-                        now,
-                        &mut rand::thread_rng(),
-                    );
+                    // A job asked to cancel whose worker stopped answering (or was refused
+                    // once its grace ran out) ends cancelled, not retried.
+                    let end = if job.cancel_requested {
+                        AttemptEnd::Cancelled
+                    } else {
+                        AttemptEnd::WorkerLost
+                    };
+                    let t = decide(&job, end, &kind.policy, now, &mut rand::thread_rng());
                     let release = job.lease_key.clone();
                     let mut f = finish_of(&shared, &job, t, release);
                     f.expired_before = Some(now); // unless a heartbeat renewed it meanwhile

@@ -291,7 +291,7 @@ impl Shared {
                     "retry deferred to {until}: the kind's retry budget ({:.0}% of attempts per {}, at least {}) is spent",
                     budget.ratio * 100.0,
                     crate::policy::human(budget.window),
-                    budget.min_per_window
+                    budget.min_per_window.max(1)
                 ),
             },
         })

@@ -61,6 +61,17 @@ fn stale(id: JobId) -> Error {
     )))
 }
 
+/// How long a heartbeat waits for its job's row while another transaction writes it.
+const ROW_WAIT: Duration = Duration::from_secs(2);
+
+/// The refusal of a heartbeat for a job asked to cancel whose grace has run out.
+fn cancelled(id: JobId, grace: Duration) -> Error {
+    Error::Store(StoreError::Conflict(format!(
+        "cancel_requested: job {id} was asked to cancel and its grace ({}) has run out; stop the work: the job ends cancelled",
+        crate::policy::human(grace)
+    )))
+}
+
 fn parse_token(token: &str) -> Result<Lease, Error> {
     let bad = || {
         Error::Invalid(format!(
@@ -271,19 +282,44 @@ impl Client {
         }
         let (job, lease) = self.leased(id, token).await?;
         let timeout = self.pull_kind(&job.kind)?.policy.timeout;
-        let until = add(self.now(), timeout);
-        let r = self
-            .shared
-            .store
-            .heartbeat(
-                &lease.owner,
-                &[HeldJob {
-                    id,
-                    attempt: lease.attempt,
-                }],
-                until,
-            )
-            .await?;
+        let now = self.now();
+        let mut until = add(now, timeout);
+        if job.cancel_requested {
+            // A job asked to cancel gets `cancel_grace` to stop: its lease is never extended
+            // past that, and once it lapses the heartbeat is refused and the rescuer ends the
+            // job cancelled (releasing its key's slot and its kind's room).
+            let lapsed = job.lease_expires_at.unwrap_or(now);
+            if lapsed <= now {
+                return Err(cancelled(id, self.shared.options.cancel_grace));
+            }
+            until = until
+                .min(lapsed)
+                .min(add(now, self.shared.options.cancel_grace));
+        }
+        let held = [HeldJob {
+            id,
+            attempt: lease.attempt,
+        }];
+        // A renewal skips a row another transaction is writing (a completion batch, a cancel)
+        // rather than wait for it, which is right for a process renewing thousands of leases
+        // but not for one worker's one job: wait for the row a little, then say to try again.
+        let waiting = tokio::time::Instant::now() + ROW_WAIT;
+        let r = loop {
+            let r = self
+                .shared
+                .store
+                .heartbeat(&lease.owner, &held, until)
+                .await?;
+            if r.renewed.contains(&id) || r.lost.contains(&id) {
+                break r;
+            }
+            if tokio::time::Instant::now() >= waiting {
+                return Err(Error::Store(StoreError::Unavailable(format!(
+                    "job {id}'s row is being written by another transaction; its lease is still yours: send the heartbeat again"
+                ))));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         if !r.renewed.contains(&id) {
             return Err(stale(id));
         }

@@ -208,18 +208,6 @@ pub struct ClaimRequest {
     pub caps: Vec<(String, u32)>,
 }
 
-impl ClaimRequest {
-    /// The same claim for `kinds` only, at most `limit` jobs, uncapped.
-    pub(crate) fn narrowed(&self, kinds: Vec<String>, limit: usize) -> ClaimRequest {
-        ClaimRequest {
-            kinds,
-            limit,
-            caps: Vec::new(),
-            ..self.clone()
-        }
-    }
-}
-
 /// One finished attempt to record.
 #[derive(Debug, Clone)]
 pub struct Finish {
@@ -887,7 +875,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()>;
 
     /// Pauses schedule `name` (`paused_at` set) or resumes it (`None`), moving its next run to
-    /// `next_run_at` when given. False when there is no such schedule.
+    /// `next_run_at` when given. A resume changes nothing on a schedule that is not paused (its
+    /// missed periods stay due, for its catch-up policy). False when nothing changed.
     async fn pause_periodic(
         &self,
         name: &str,

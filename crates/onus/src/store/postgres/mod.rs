@@ -43,6 +43,35 @@ static CLAIM_AFTER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
+/// The claim when some of its kinds are capped: the due jobs of every kind ranked in one order,
+/// each capped kind ($7, with its room in $8) taking at most its room, so a capped kind keeps its
+/// priority beside an uncapped backlog.
+static CLAIM_CAPPED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut s = CLAIM_FROM_START.clone();
+    for (from, to) in [
+        (
+            "SELECT id, priority, run_at, 0 AS src",
+            "SELECT id, kind, priority, run_at, 0 AS src",
+        ),
+        (
+            "SELECT id, priority, run_at, 1 AS src",
+            "SELECT id, kind, priority, run_at, 1 AS src",
+        ),
+        (
+            "SELECT id, src FROM (SELECT * FROM available UNION ALL SELECT * FROM delayed) due",
+            "SELECT id, src FROM (
+        SELECT due.*, row_number() OVER (PARTITION BY kind ORDER BY priority, run_at, id) AS rn
+        FROM (SELECT * FROM available UNION ALL SELECT * FROM delayed) due
+    ) ranked LEFT JOIN unnest($7::text[], $8::int8[]) AS caps(kind, room) USING (kind)
+    WHERE caps.room IS NULL OR ranked.rn <= caps.room",
+        ),
+    ] {
+        assert!(s.contains(from), "claim.sql has {from:?}");
+        s = s.replace(from, to);
+    }
+    s
+});
+
 /// Set in the transactions that find many running jobs by id (completion batches) and on the
 /// connection of lease renewals. Their plans must be primary-key lookups, but a table that grew
 /// from nothing in seconds carries statistics that call it a few rows, and the planner then picked
@@ -57,7 +86,7 @@ const NO_SEQSCAN_SESSION: &str = "SET enable_seqscan = off";
 /// priority inserted behind a backlog, a job handed back) waits while the backlog lasts.
 const CURSOR_REFRESH: Duration = Duration::from_millis(50);
 
-/// Where each producer's last claim of available jobs ended, per (owner, queue).
+/// Where this process's last claim of available jobs ended, per (queue, kinds claimed).
 ///
 /// A claim marks the available jobs it takes `running`, but their old entries stay at the front
 /// of the partial index of available jobs until a vacuum removes them, so a claim that scans from
@@ -66,8 +95,19 @@ const CURSOR_REFRESH: Duration = Duration::from_millis(50);
 /// backlog, a claim resumes after the last key this process took instead, and scans from the start
 /// again every [`CURSOR_REFRESH`]; a resumed claim that comes back short (the backlog is gone)
 /// fills the rest from the start at once, so no job waits on the cursor for long.
+///
+/// The map is keyed by what a claim asks for, not by who asks: an outside worker's claim has an
+/// owner of its own each time, and keying by it grew the map by one entry a claim for ever. An
+/// entry not refreshed within [`CURSOR_REFRESH`] is never resumed after, so once the map holds
+/// more than [`CURSORS_KEPT`] such stale entries are dropped.
 #[derive(Debug, Default)]
-struct Cursors(std::sync::Mutex<std::collections::HashMap<(String, String), Cursor>>);
+struct Cursors(std::sync::Mutex<std::collections::HashMap<CursorKey, Cursor>>);
+
+/// (queue, the claim's kinds sorted and joined).
+type CursorKey = (String, String);
+
+/// The entries a cursor map keeps before it drops those gone stale.
+const CURSORS_KEPT: usize = 64;
 
 #[derive(Debug, Clone, Copy)]
 struct Cursor {
@@ -80,16 +120,25 @@ struct Cursor {
 }
 
 impl Cursors {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), Cursor>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<CursorKey, Cursor>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn key(req: &ClaimRequest) -> CursorKey {
+        let mut kinds: Vec<&str> = req.kinds.iter().map(String::as_str).collect();
+        kinds.sort_unstable();
+        (req.queue.clone(), kinds.join("\n"))
+    }
+
+    /// How many cursors are kept (for tests of the bound).
+    fn len(&self) -> usize {
+        self.lock().len()
     }
 
     /// The key a claim for `req` may resume after, if it may.
     fn resume(&self, req: &ClaimRequest) -> Option<(i16, Timestamp, JobId)> {
         self.lock()
-            .get(&(req.owner.clone(), req.queue.clone()))
+            .get(&Self::key(req))
             .filter(|c| !c.short && c.scanned.elapsed() < CURSOR_REFRESH)
             .map(|c| c.key)
     }
@@ -103,7 +152,7 @@ impl Cursors {
         got: usize,
     ) {
         let mut m = self.lock();
-        let k = (req.owner.clone(), req.queue.clone());
+        let k = Self::key(req);
         let short = got < req.limit;
         match (m.get_mut(&k), last) {
             (Some(c), last) => {
@@ -116,6 +165,9 @@ impl Cursors {
                 c.short = short;
             }
             (None, Some(key)) => {
+                if m.len() >= CURSORS_KEPT {
+                    m.retain(|_, c| c.scanned.elapsed() < CURSOR_REFRESH);
+                }
                 m.insert(
                     k,
                     Cursor {
@@ -358,6 +410,12 @@ impl PostgresStore {
         &self.pool
     }
 
+    /// How many claim cursors this store keeps (bounded: see the claim's cursor).
+    #[doc(hidden)]
+    pub fn claim_cursors(&self) -> usize {
+        self.cursors.len()
+    }
+
     /// The database URL with its password hidden.
     pub fn url(&self) -> &str {
         &self.target.shown
@@ -417,62 +475,90 @@ impl PostgresStore {
     /// A claim with kinds capped across every process: the uncapped kinds as usual, then each
     /// capped kind in a transaction holding the kind's lock, at most its cap less its jobs
     /// running now.
+    /// A claim with kinds capped across every process: under each capped kind's lock (taken in
+    /// one order), each takes at most its cap less its jobs running now, in one ordered claim with
+    /// the uncapped kinds. A capped kind whose room ran out may have crowded the others out of
+    /// the scan: the claim goes on without it.
     async fn claim_capped(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        let capped: std::collections::HashMap<&str, u32> =
-            req.caps.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-        let free: Vec<String> = req
-            .kinds
+        let mut capped: Vec<&(String, u32)> = req
+            .caps
             .iter()
-            .filter(|k| !capped.contains_key(k.as_str()))
-            .cloned()
+            .filter(|(k, _)| req.kinds.contains(k))
             .collect();
-        let mut out = if free.is_empty() {
-            Vec::new()
-        } else {
-            self.claim(req.narrowed(free, req.limit)).await?
-        };
-        for (kind, cap) in &req.caps {
-            if out.len() >= req.limit || !req.kinds.contains(kind) {
-                continue;
-            }
-            let mut c = self.client().await?;
-            let tx = c.transaction().await.map_err(q)?;
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('onus.cap:' || $1, 0))",
-                &[kind],
+        capped.sort();
+        capped.dedup_by(|a, b| a.0 == b.0);
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(q)?;
+        let names: Vec<&str> = capped.iter().map(|(k, _)| k.as_str()).collect();
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('onus.cap:' || k, 0))
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(k, n) ORDER BY n",
+            &[&names],
+        )
+        .await
+        .map_err(q)?;
+        let running: std::collections::HashMap<String, i64> = tx
+            .query(
+                "SELECT kind, count(*) FROM onus_jobs WHERE state = 'running' AND kind = ANY($1) GROUP BY kind",
+                &[&names],
             )
             .await
-            .map_err(q)?;
-            let running: i64 = tx
-                .query_one(
-                    "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = $1",
-                    &[kind],
+            .map_err(q)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let mut rooms: std::collections::BTreeMap<&str, i64> = capped
+            .iter()
+            .map(|(k, cap)| {
+                let n = running.get(k.as_str()).copied().unwrap_or(0);
+                (k.as_str(), (i64::from(*cap) - n).max(0))
+            })
+            .collect();
+        let stmt = tx.prepare_cached(&CLAIM_CAPPED).await.map_err(q)?;
+        let mut out: Vec<Job> = Vec::new();
+        loop {
+            let want = req.limit.saturating_sub(out.len());
+            let kinds: Vec<&str> = req
+                .kinds
+                .iter()
+                .map(String::as_str)
+                .filter(|k| rooms.get(k).is_none_or(|r| *r > 0))
+                .collect();
+            if want == 0 || kinds.is_empty() {
+                break;
+            }
+            let (open, room): (Vec<&str>, Vec<i64>) = rooms.iter().filter(|(_, r)| **r > 0).unzip();
+            let rows = tx
+                .query(
+                    &stmt,
+                    &[
+                        &req.now,
+                        &req.owner,
+                        &req.lease_until,
+                        &req.queue,
+                        &kinds,
+                        &(want as i64),
+                        &open,
+                        &room,
+                    ],
                 )
                 .await
-                .map_err(q)?
-                .get(0);
-            let room = (i64::from(*cap) - running).min((req.limit - out.len()) as i64);
-            if room > 0 {
-                let one = req.narrowed(vec![kind.clone()], room as usize);
-                let stmt = tx.prepare_cached(&CLAIM_FROM_START).await.map_err(q)?;
-                let rows = tx
-                    .query(
-                        &stmt,
-                        &[
-                            &one.now,
-                            &one.owner,
-                            &one.lease_until,
-                            &one.queue,
-                            &one.kinds,
-                            &room,
-                        ],
-                    )
-                    .await
-                    .map_err(q)?;
-                out.extend(jobs_from(&rows)?);
+                .map_err(q)?;
+            let got = jobs_from(&rows)?;
+            let mut filled = false;
+            for j in &got {
+                if let Some(r) = rooms.get_mut(j.kind.as_str()) {
+                    *r -= 1;
+                    filled |= *r == 0;
+                }
             }
-            tx.commit().await.map_err(q)?;
+            let short = got.len() < want;
+            out.extend(got);
+            if !(short && filled) {
+                break;
+            }
         }
+        tx.commit().await.map_err(q)?;
         out.sort_by_key(|j| (j.priority, j.run_at, j.id));
         Ok(out)
     }
@@ -1822,7 +1908,7 @@ impl Store for PostgresStore {
         let n = tx
             .execute(
                 "UPDATE onus_periodic SET last_period_at = $2, next_run_at = $3
-                 WHERE name = $1 AND (last_period_at IS NULL OR last_period_at < $2)",
+                 WHERE name = $1 AND paused_at IS NULL AND (last_period_at IS NULL OR last_period_at < $2)",
                 &[&name, &period, &next_run_at],
             )
             .await
@@ -1869,7 +1955,7 @@ impl Store for PostgresStore {
         let c = self.client().await?;
         let n = c
             .execute(
-                "UPDATE onus_periodic SET paused_at = $2, next_run_at = COALESCE($3, next_run_at) WHERE name = $1",
+                "UPDATE onus_periodic SET paused_at = $2, next_run_at = COALESCE($3, next_run_at) WHERE name = $1 AND ($2::timestamptz IS NOT NULL OR paused_at IS NOT NULL)",
                 &[&name, &paused_at, &next_run_at],
             )
             .await

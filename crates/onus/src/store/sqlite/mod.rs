@@ -27,6 +27,30 @@ pub use rusqlite;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
 
+/// The claim when some of its kinds are capped: the due jobs of every kind ranked in one order,
+/// each capped kind's taking at most its room (?7, a JSON object of kind to room), so a capped
+/// kind keeps its priority beside an uncapped backlog.
+static CLAIM_CAPPED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut s = CLAIM_SQL.to_string();
+    for (from, to) in [
+        ("SELECT id, priority, run_at FROM onus_jobs", "SELECT id, kind, priority, run_at FROM onus_jobs"),
+        ("SELECT id, priority, run_at FROM (", "SELECT id, kind, priority, run_at FROM ("),
+        (
+            "SELECT id FROM (",
+            "SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY kind ORDER BY priority, run_at, id) AS rn FROM (",
+        ),
+        (
+            ") ORDER BY priority, run_at, id LIMIT ?6",
+            ")) ranked WHERE rn <= coalesce((SELECT value FROM json_each(?7) WHERE key = ranked.kind), rn)
+        ORDER BY priority, run_at, id LIMIT ?6",
+        ),
+    ] {
+        assert!(s.contains(from), "claim.sql has {from:?}");
+        s = s.replace(from, to);
+    }
+    s
+});
+
 /// How hard a commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -1214,63 +1238,93 @@ impl Store for SqliteStore {
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
         self.write(move |conn| {
-            // Kinds capped across every process are claimed one by one, each at most its cap
-            // less its jobs running now (the writer holds the write lock: nothing changes between
-            // the count and the claim); the others together, as usual.
-            let capped: std::collections::HashMap<&str, u32> =
-                req.caps.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-            let free: Vec<&String> = req
-                .kinds
-                .iter()
-                .filter(|k| !capped.contains_key(k.as_str()))
-                .collect();
-            let mut groups: Vec<(Vec<&String>, usize)> = Vec::new();
-            if !free.is_empty() {
-                groups.push((free, req.limit));
-            }
-            for (kind, cap) in &req.caps {
-                if req.kinds.contains(kind) {
-                    groups.push((vec![kind], *cap as usize));
-                }
-            }
-            let mut jobs = Vec::new();
-            for (kinds, cap) in groups {
-                let left = req.limit.saturating_sub(jobs.len());
-                let room = if capped.contains_key(kinds[0].as_str()) {
-                    let running: i64 = conn
-                        .prepare_cached(
-                            "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = ?1",
-                        )
-                        .map_err(q)?
-                        .query_row([kinds[0]], |r| r.get(0))
-                        .map_err(q)?;
-                    (cap as i64 - running).max(0) as usize
+            let kinds_json = |kinds: &[&String]| {
+                serde_json::to_string(kinds).map_err(|e| StoreError::Query(e.to_string()))
+            };
+            // The plain claim, or with `rooms` the capped one.
+            let claim = |conn: &Connection, kinds: &str, limit: usize, rooms: Option<&str>| {
+                let sql = if rooms.is_some() {
+                    CLAIM_CAPPED.as_str()
                 } else {
-                    cap
+                    CLAIM_SQL
                 };
-                let n = room.min(left);
-                if n == 0 {
-                    continue;
+                let mut stmt = conn.prepare_cached(sql).map_err(q)?;
+                let base = params![
+                    us(req.now),
+                    req.owner,
+                    us(req.lease_until),
+                    req.queue,
+                    kinds,
+                    limit as i64
+                ];
+                let mut p: Vec<&dyn ToSql> = base.to_vec();
+                if let Some(rooms) = &rooms {
+                    p.push(rooms);
                 }
-                let kinds =
-                    serde_json::to_string(&kinds).map_err(|e| StoreError::Query(e.to_string()))?;
-                let mut stmt = conn.prepare_cached(CLAIM_SQL).map_err(q)?;
-                jobs.extend(
-                    stmt.query_map(
-                        params![
-                            us(req.now),
-                            req.owner,
-                            us(req.lease_until),
-                            req.queue,
-                            kinds,
-                            n as i64
-                        ],
-                        job_from_row,
-                    )
+                let jobs = stmt
+                    .query_map(p.as_slice(), job_from_row)
                     .map_err(q)?
                     .collect::<rusqlite::Result<Vec<Job>>>()
-                    .map_err(q)?,
-                );
+                    .map_err(q);
+                jobs
+            };
+            let capped: Vec<&(String, u32)> = req
+                .caps
+                .iter()
+                .filter(|(k, _)| req.kinds.contains(k))
+                .collect();
+            if capped.is_empty() {
+                let all: Vec<&String> = req.kinds.iter().collect();
+                let mut jobs = claim(conn, &kinds_json(&all)?, req.limit, None)?;
+                jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
+                return Ok(jobs);
+            }
+            // Kinds capped across every process: each takes at most its cap less its jobs
+            // running now (the writer holds the write lock: nothing changes between the count and
+            // the claim), in one ordered claim with the uncapped kinds. A capped kind whose room
+            // ran out may have crowded the others out of the scan: claim again without it.
+            let mut rooms: std::collections::BTreeMap<&str, i64> = Default::default();
+            for (kind, cap) in &capped {
+                let running: i64 = conn
+                    .prepare_cached(
+                        "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = ?1",
+                    )
+                    .map_err(q)?
+                    .query_row([kind], |r| r.get(0))
+                    .map_err(q)?;
+                rooms.insert(kind.as_str(), (i64::from(*cap) - running).max(0));
+            }
+            let mut jobs: Vec<Job> = Vec::new();
+            loop {
+                let want = req.limit.saturating_sub(jobs.len());
+                let kinds: Vec<&String> = req
+                    .kinds
+                    .iter()
+                    .filter(|k| rooms.get(k.as_str()).is_none_or(|r| *r > 0))
+                    .collect();
+                if want == 0 || kinds.is_empty() {
+                    break;
+                }
+                let open: std::collections::BTreeMap<&str, i64> = rooms
+                    .iter()
+                    .filter(|(_, r)| **r > 0)
+                    .map(|(k, r)| (*k, *r))
+                    .collect();
+                let rooms_json =
+                    serde_json::to_string(&open).map_err(|e| StoreError::Query(e.to_string()))?;
+                let got = claim(conn, &kinds_json(&kinds)?, want, Some(&rooms_json))?;
+                let mut filled = false;
+                for j in &got {
+                    if let Some(r) = rooms.get_mut(j.kind.as_str()) {
+                        *r -= 1;
+                        filled |= *r == 0;
+                    }
+                }
+                let short = got.len() < want;
+                jobs.extend(got);
+                if !(short && filled) {
+                    break;
+                }
             }
             jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
             Ok(jobs)
@@ -1373,7 +1427,7 @@ impl Store for SqliteStore {
                 .prepare_cached(&format!(
                     "UPDATE onus_jobs SET state = 'available', run_at = ?1, max_attempts = MAX(max_attempts, attempt + 1),
                         finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                        cancel_requested = 0
+                        cancel_requested = 0, lease_wait = 0
                      WHERE id IN (SELECT value FROM json_each(?2)) AND {STATES}
                        AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
                             WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
@@ -1767,7 +1821,7 @@ impl Store for SqliteStore {
             let n = conn
                 .prepare_cached(
                     "UPDATE onus_periodic SET last_period_at = ?2, next_run_at = ?3
-                     WHERE name = ?1 AND (last_period_at IS NULL OR last_period_at < ?2)",
+                     WHERE name = ?1 AND paused_at IS NULL AND (last_period_at IS NULL OR last_period_at < ?2)",
                 )
                 .map_err(q)?
                 .execute(params![name, us(period), us(next_run_at)])
@@ -1813,7 +1867,7 @@ impl Store for SqliteStore {
         self.write(move |conn| {
             let n = conn
                 .prepare_cached(
-                    "UPDATE onus_periodic SET paused_at = ?2, next_run_at = COALESCE(?3, next_run_at) WHERE name = ?1",
+                    "UPDATE onus_periodic SET paused_at = ?2, next_run_at = COALESCE(?3, next_run_at) WHERE name = ?1 AND (?2 IS NOT NULL OR paused_at IS NOT NULL)",
                 )
                 .map_err(q)?
                 .execute(params![name, paused_at.map(us), next_run_at.map(us)])
