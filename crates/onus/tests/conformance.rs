@@ -141,6 +141,10 @@ onus_testkit::both!(
             ],
             round_three: [
                 regression_a_retry_budget_never_stalls_a_job,
+                regression_a_capped_kind_keeps_its_priority,
+                regression_cron_in_a_time_zone_survives_the_repeated_hour,
+                regression_resuming_an_unpaused_schedule_changes_nothing,
+                regression_a_requested_cancel_is_enforced_on_pull_jobs,
             ],
 );
 

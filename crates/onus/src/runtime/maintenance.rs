@@ -318,7 +318,7 @@ async fn enqueue_due_periods(shared: &Shared) {
             }
         }
         for period in periods {
-            enqueue_period(shared, p, period, now).await;
+            enqueue_period(shared, p, period).await;
         }
     }
 }
@@ -363,13 +363,11 @@ pub(crate) fn due_periods(
     old.into_iter().chain(recent).collect()
 }
 
-async fn enqueue_period(
-    shared: &Shared,
-    p: &super::Periodic,
-    period: crate::Timestamp,
-    now: crate::Timestamp,
-) {
-    let next = p.schedule.next_after(now);
+async fn enqueue_period(shared: &Shared, p: &super::Periodic, period: crate::Timestamp) {
+    // The next period after the one enqueued (the periods are enqueued oldest first, the last
+    // the latest due, so the schedule goes on from the first period after now), never from the
+    // time of the enqueue: a late enqueue skips no period.
+    let next = p.schedule.next_after(period);
     let job: NewJob = p
         .job
         .clone()

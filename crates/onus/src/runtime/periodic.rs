@@ -60,6 +60,9 @@ pub enum ScheduleError {
         /// What the cron parser found wrong.
         source: croner::errors::CronError,
     },
+    /// A cron expression no date matches.
+    #[error("cron expression {0:?} matches no date (30 February?); write one that comes round")]
+    Never(String),
     /// An interval shorter than a second.
     #[error("a periodic interval must be at least 1s; got {}", crate::policy::human(*.0))]
     TooShort(Duration),
@@ -76,6 +79,9 @@ pub enum ScheduleError {
     BadInterval(String),
 }
 
+/// How far ahead a schedule with no next occurrence is put: a century, a time every store keeps.
+const NEVER: Duration = Duration::from_secs(100 * 366 * 86_400);
+
 impl Schedule {
     /// Parses a cron expression; the error says what is wrong with it.
     pub fn cron(expr: &str) -> Result<Self, ScheduleError> {
@@ -86,6 +92,11 @@ impl Schedule {
                 expr: expr.to_string(),
                 source,
             })?;
+        // A date that never comes (30 February) parses, then never fires.
+        let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        if c.find_next_occurrence(&epoch, false).is_err() {
+            return Err(ScheduleError::Never(expr.to_string()));
+        }
         Ok(Schedule::Cron(Box::new(CronIn {
             cron: c,
             expr: expr.to_string(),
@@ -130,17 +141,27 @@ impl Schedule {
             Schedule::Cron(c) => {
                 let mut from = t.with_timezone(&c.tz);
                 // A local time passed twice (clocks falling back) maps to its first passing,
-                // which may lie before `t`: that period already ran, so look on from it.
-                for _ in 0..4 {
+                // which may lie before `t` (when `t` is in the second passing): that period
+                // already ran, so look on from it. Each step moves the local time forward, so the
+                // walk ends where the repeated hour does, whatever the schedule's resolution; it
+                // never goes beyond a day of local time.
+                let horizon = from.naive_local() + chrono::TimeDelta::days(1);
+                loop {
                     match c.cron.find_next_occurrence(&from, false) {
                         Ok(n) if n.with_timezone(&chrono::Utc) > t => {
                             return n.with_timezone(&chrono::Utc)
                         }
-                        Ok(n) => from = n,
-                        Err(_) => break,
+                        Ok(n)
+                            if n.naive_local() > from.naive_local()
+                                && n.naive_local() <= horizon =>
+                        {
+                            from = n
+                        }
+                        // No occurrence after `t` (a schedule with none is refused when parsed:
+                        // this is the year 5000) or no progress: a far but storable time.
+                        _ => return crate::clock::add(t, NEVER),
                     }
                 }
-                Timestamp::MAX_UTC
             }
             Schedule::Every(d) => {
                 let step = d.as_micros() as i64;
@@ -272,6 +293,46 @@ mod tests {
             .to_string()
             .contains("cron"));
         assert!(Schedule::from_str("every 0s").is_err());
+    }
+
+    #[test]
+    fn regression_cron_in_a_time_zone_survives_the_repeated_hour() {
+        // Berlin falls back at 01:00Z on 2026-10-25: 02:00-02:59 local passes twice. At 01:10Z
+        // (02:10 local, second passing) every period of the hour already ran at its first
+        // passing; the next is 03:00 local, 02:00Z. It used to be the end of time.
+        let every5 = Schedule::cron("*/5 * * * *")
+            .unwrap()
+            .in_timezone("Europe/Berlin")
+            .unwrap();
+        let t: Timestamp = "2026-10-25T01:10:00Z".parse().unwrap();
+        assert_eq!(
+            every5.next_after(t).to_rfc3339(),
+            "2026-10-25T02:00:00+00:00"
+        );
+        // Every second of the repeated hour: bounded by time, not by a count of tries.
+        let every_second = Schedule::cron("* * * * * *")
+            .unwrap()
+            .in_timezone("Europe/Berlin")
+            .unwrap();
+        assert_eq!(
+            every_second.next_after(t).to_rfc3339(),
+            "2026-10-25T02:00:00+00:00"
+        );
+        // Walking the whole night, every step moves forward by 5 minutes, or 65 over the repeated hour.
+        let mut at: Timestamp = "2026-10-24T23:00:00Z".parse().unwrap();
+        while at < "2026-10-25T03:00:00Z".parse::<Timestamp>().unwrap() {
+            let next = every5.next_after(at);
+            assert!(
+                next > at && next - at <= chrono::TimeDelta::minutes(65),
+                "{at} -> {next}"
+            );
+            at = next;
+        }
+        // A date that never comes is refused when parsed, not found to be never later.
+        assert!(Schedule::cron("0 0 30 2 *")
+            .unwrap_err()
+            .to_string()
+            .contains("matches no date"));
     }
 
     #[test]
