@@ -502,6 +502,52 @@ async fn retry_cancel_and_retention(backend: Backend) {
     assert!(w.store.get(b.id).await.unwrap().is_none());
 }
 
+/// `lease_wait` of a job, read with the shared SQL layer.
+async fn lease_wait(w: &World, job: &Job) -> bool {
+    struct Flag(bool);
+    impl onus::db::FromRow for Flag {
+        fn from_row(row: &onus::db::Row) -> onus::StoreResult<Self> {
+            Ok(Flag(row.get("lease_wait")?))
+        }
+    }
+    static SQL: onus::db::Sql = onus::db::Sql::new(
+        "onus_jobs",
+        "SELECT lease_wait FROM onus_jobs WHERE id = $1",
+    );
+    let rows: Vec<Flag> = onus::db::Db::new(w.store.clone())
+        .read_rows(&SQL, vec![onus::db::Value::Int(job.id)])
+        .await
+        .unwrap();
+    rows[0].0
+}
+
+/// A retry clears `lease_wait` on both stores (SQLite's left it set where PostgreSQL's cleared
+/// it, so a retried job that had been held by a paused key still counted as held there).
+async fn regression_retry_clears_lease_wait_alike(backend: Backend) {
+    let w = world(backend).await;
+    let mut row = w.row("a");
+    row.lease_key = Some("k".into());
+    let a = w.insert(row).await;
+    let held = w
+        .store
+        .pause_key(
+            "k",
+            w.now + secs(600),
+            w.now,
+            "upstream said so",
+            onus::store::PauseMode::Replace,
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, 1);
+    assert_eq!(w.get(&a).await.state, JobState::Scheduled);
+    assert!(lease_wait(&w, &a).await, "held by the pause");
+    let r = w.store.retry(&JobFilter::id(a.id), w.now).await.unwrap();
+    assert_eq!(r.retried, vec![a.id]);
+    assert_eq!(w.get(&a).await.state, JobState::Available);
+    assert!(!lease_wait(&w, &a).await, "a retried job is no longer held");
+}
+
 async fn leadership_is_held_by_one_until_it_expires(backend: Backend) {
     let w = world(backend).await;
     let until = w.now + secs(30);
@@ -761,6 +807,7 @@ async fn a_batch_insert_returns_every_row_in_order_as_stored(backend: Backend) {
 }
 
 onus_testkit::both!(
+    regression_retry_clears_lease_wait_alike,
     a_batch_insert_returns_every_row_in_order_as_stored,
     claims_through_a_backlog_miss_nothing_sorting_before_what_they_took,
     filters_by_tag_time_and_text_alike_and_delete_takes_finished_jobs,

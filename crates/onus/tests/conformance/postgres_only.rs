@@ -6,6 +6,7 @@ use std::time::Duration;
 use onus::postgres::tokio_postgres::{self, NoTls};
 use onus::{
     Clock, EntryClass, JobContext, JobFilter, JobState, Kind, NewJob, Onus, Options, Periodic,
+    Store,
 };
 use onus_testkit::PgCluster;
 use serde_json::json;
@@ -776,4 +777,90 @@ async fn regression_a_renewal_skips_a_row_being_written_instead_of_waiting() {
     let r = env.store.heartbeat("o", &held, later).await.unwrap();
     assert_eq!(r.renewed.len(), 2);
     assert_eq!(get(locked).await, Some(later));
+}
+
+/// Every pull claim has an owner of its own; the claim cursors were keyed by owner and grew by
+/// one entry a claim for ever. 10,000 claims leave the map small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_pull_claims_leave_the_cursor_map_bounded() {
+    use onus::store::{ClaimRequest, InsertRow};
+    let env = Env::new(Backend::Postgres).await;
+    let store = onus::postgres::PostgresStore::open(&env.url).await.unwrap();
+    let client = env.client();
+    const N: usize = 10_000;
+    let rows: Vec<InsertRow> = (0..N)
+        .map(|i| {
+            let kind = if i % 2 == 0 { "a" } else { "b" };
+            client.prepare(NewJob::new(kind, json!({}))).unwrap()
+        })
+        .collect();
+    for chunk in rows.chunks(1000) {
+        env.store.insert(chunk.to_vec()).await.unwrap();
+    }
+    let now = env.clock_now();
+    let mut claimed = 0;
+    for i in 0..N {
+        // Outside workers ask for either kind or both, each claim under a new owner.
+        let kinds: Vec<String> = match i % 3 {
+            0 => vec!["a".into()],
+            1 => vec!["b".into()],
+            _ => vec!["b".into(), "a".into()],
+        };
+        claimed += store
+            .claim(ClaimRequest {
+                queue: "default".into(),
+                kinds,
+                limit: 1,
+                owner: format!("pull:{i:024}"),
+                now,
+                lease_until: now + chrono::TimeDelta::seconds(60),
+                caps: Vec::new(),
+            })
+            .await
+            .unwrap()
+            .len();
+        assert!(
+            store.claim_cursors() <= 3,
+            "{} cursors after {i} claims",
+            store.claim_cursors()
+        );
+    }
+    assert!(claimed > N / 2, "the claims took jobs: {claimed}");
+}
+
+/// A pull worker's heartbeat on a row another transaction held for a moment (a completion batch,
+/// a cancel) was answered "lease lost" (409) although the lease was current: it waits for the
+/// row, and when the row stays locked longer it says to try again (503), never 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_pull_heartbeat_on_a_locked_row_is_not_lease_lost() {
+    let env = Env::new(Backend::Postgres).await;
+    let onus = env.builder().kind(Kind::new("remote")).build().unwrap();
+    let client = onus.client();
+    let id = crate::harness::insert_id(&client, NewJob::new("remote", json!({}))).await;
+    let claimed = client
+        .claim_for_worker("default", &["remote".to_string()], 1, Duration::ZERO)
+        .await
+        .unwrap();
+    let token = claimed[0].lease_token.clone();
+    let mut lock = sql(&env.url).await;
+    // Held for longer than a heartbeat waits: "try again", a service fault, not a conflict.
+    let tx = lock.transaction().await.unwrap();
+    tx.execute("SELECT 1 FROM onus_jobs WHERE id = $1 FOR UPDATE", &[&id])
+        .await
+        .unwrap();
+    let refused = client.heartbeat_lease(id, &token, None).await.unwrap_err();
+    assert_eq!(refused.fault(), onus::Fault::Service, "{refused}");
+    assert!(refused.to_string().contains("again"), "{refused}");
+    // Held briefly: the heartbeat waits for the row and renews.
+    let beat = {
+        let (client, token) = (client.clone(), token.clone());
+        tokio::spawn(async move { client.heartbeat_lease(id, &token, None).await })
+    };
+    // The lock stays through a few of the heartbeat's looks at the row.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!beat.is_finished(), "the heartbeat waits for the row");
+    tx.commit().await.unwrap();
+    beat.await.unwrap().unwrap();
+    let done = client.answer(id, &token, Ok(())).await.unwrap();
+    assert_eq!(done.state, JobState::Completed);
 }
