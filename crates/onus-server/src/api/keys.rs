@@ -51,22 +51,29 @@ pub async fn pause(
     Body(body): Body<PauseBody>,
 ) -> Result<Json<PausedKey>, ApiError> {
     let now = app.client.now();
+    let min = onus::runtime::MIN_PAUSE;
     let until = match super::jobs::later(body.seconds, body.until.as_deref())? {
+        onus::SnoozeUntil::After(d) if d < min => return Err(ApiError::invalid(format!(
+            "seconds: a pause lasts at least {} s; give 1 or more (to end a pause, resume the key)",
+            min.as_secs()
+        ))),
         onus::SnoozeUntil::After(d) => onus::clock::add(now, d),
+        onus::SnoozeUntil::At(t) if t < onus::clock::add(now, min) => {
+            return Err(ApiError::invalid(format!(
+                "until: a pause lasts at least {} s; give a time at least that far after now ({})",
+                min.as_secs(),
+                now.format("%Y-%m-%dT%H:%M:%SZ")
+            )))
+        }
         onus::SnoozeUntil::At(t) => t,
     };
-    app.client
+    // The answer is the pause as written, not a second read (which a pause that has already
+    // ended would miss).
+    let paused = app
+        .client
         .pause_key(&key, until, body.reason.as_deref().unwrap_or(""))
         .await?;
-    app.client
-        .paused_keys()
-        .await?
-        .into_iter()
-        .find(|k| k.key == key)
-        .map(Json)
-        .ok_or_else(|| {
-            ApiError::internal(format!("key {key:?} is not paused right after its pause"))
-        })
+    Ok(Json(paused))
 }
 
 /// What a resume did.

@@ -13,6 +13,7 @@ mod mail;
 mod openapi;
 mod panel;
 mod push;
+mod round_three;
 mod secrets;
 mod webhooks;
 mod workers;
@@ -81,6 +82,11 @@ onus_testkit::both!(
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
     mail: [a_mail_job_is_sent_and_marked_through_the_api],
+    round_three: [
+        regression_a_budget_without_a_minimum_retries_a_lone_pulled_job,
+        regression_a_capped_kind_is_claimed_in_priority_order,
+        regression_a_short_key_pause_is_refused_naming_seconds,
+    ],
 );
 
 /// `/healthz` answers 503 while PostgreSQL does not answer, and 200 again once it does.

@@ -48,6 +48,8 @@ pub struct Client {
 }
 
 const MAX_NAME: usize = 200;
+/// The shortest pause of a key an operator may ask for.
+pub const MIN_PAUSE: Duration = Duration::from_secs(1);
 /// The most tags one job carries.
 pub const MAX_TAGS: usize = 20;
 
@@ -390,36 +392,47 @@ impl Client {
 
     /// Pauses lease key `key` until `until` (replacing a pause already in force): every waiting
     /// job holding the key is held until then without being claimed, spending no attempt and
-    /// writing nothing to its history. Returns how many jobs the pause holds. A job's handler
-    /// asks for the same with [`crate::JobError::pausing_key`].
-    pub async fn pause_key(&self, key: &str, until: Timestamp, reason: &str) -> Result<u64, Error> {
+    /// writing nothing to its history. Returns the pause as written, with how many jobs it
+    /// holds. A pause lasts at least [`MIN_PAUSE`]. A job's handler asks for the same with
+    /// [`crate::JobError::pausing_key`].
+    pub async fn pause_key(
+        &self,
+        key: &str,
+        until: Timestamp,
+        reason: &str,
+    ) -> Result<crate::store::PausedKey, Error> {
         check_name("key", key)?;
         if key.is_empty() {
             return Err(Error::Invalid("the key to pause is empty".into()));
         }
         let now = self.now();
-        if until <= now {
+        let until = clock::trunc(until);
+        // Measured from when the caller asked, a moment ago: a quarter second of slack.
+        if until < clock::add(now, MIN_PAUSE - Duration::from_millis(250)) {
             return Err(Error::Invalid(format!(
-                "a pause must end after now ({}); to end a pause, resume the key",
+                "a pause lasts at least {} s (it would end {}, now is {}); to end a pause, resume the key",
+                MIN_PAUSE.as_secs(),
+                until,
                 clock::trunc(now)
             )));
         }
         let reason = if reason.trim().is_empty() {
-            "paused by hand"
+            "paused by hand".to_string()
         } else {
-            reason
+            crate::job::clean_message(reason)
         };
-        Ok(self
+        let held = self
             .shared
             .store
-            .pause_key(
-                key,
-                clock::trunc(until),
-                now,
-                &crate::job::clean_message(reason),
-                crate::store::PauseMode::Replace,
-            )
-            .await?)
+            .pause_key(key, until, now, &reason, crate::store::PauseMode::Replace)
+            .await?;
+        Ok(crate::store::PausedKey {
+            key: key.to_string(),
+            until,
+            paused_at: now,
+            reason,
+            held,
+        })
     }
 
     /// Ends `key`'s pause now: the jobs it held are due at once. Returns how many it released,

@@ -81,7 +81,11 @@ pub async fn a_paused_key_holds_its_jobs_until_the_pause_ends(env: Env) {
         .pause_key("ep", until, "upstream maintenance")
         .await
         .unwrap();
-    assert_eq!(held, N as u64);
+    assert_eq!(
+        (held.key.as_str(), held.until, held.held),
+        ("ep", until, N as u64),
+        "the pause as written"
+    );
     let paused = client.paused_keys().await.unwrap();
     assert_eq!(paused.len(), 1);
     assert_eq!(
@@ -249,12 +253,12 @@ pub async fn an_operators_pause_is_replaced_and_a_jobs_only_lengthened(env: Env)
         .into_iter()
         .map(|r| r.job.id)
         .collect();
-    assert_eq!(client.pause_key("ep", hour, "").await.unwrap(), 3);
+    assert_eq!(client.pause_key("ep", hour, "").await.unwrap().held, 3);
     for id in &ids {
         assert_held(&env.job(*id).await, hour);
     }
     // An operator's second pause replaces the first, shorter too, and moves the held jobs.
-    assert_eq!(client.pause_key("ep", minute, "").await.unwrap(), 3);
+    assert_eq!(client.pause_key("ep", minute, "").await.unwrap().held, 3);
     for id in &ids {
         assert_held(&env.job(*id).await, minute);
     }
@@ -321,7 +325,11 @@ pub async fn a_paused_rate_key_holds_the_jobs_that_take_it(env: Env) {
         .collect();
     let until = env.clock_now() + chrono::TimeDelta::hours(1);
     assert_eq!(
-        client.pause_key("customer:acme", until, "").await.unwrap(),
+        client
+            .pause_key("customer:acme", until, "")
+            .await
+            .unwrap()
+            .held,
         3
     );
     let running = onus.start();
