@@ -27,6 +27,23 @@ pub use backend::{Backend, TestDb, WriteLock};
 pub use disk::SmallDisk;
 pub use proxy::TcpProxy;
 
+/// Waits until `f` returns true, checking every 2 ms, and panics naming `what` once `within` has
+/// passed: tests wait on conditions with a deadline, never for a fixed time.
+pub async fn wait_until<F, Fut>(what: &str, within: std::time::Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened within {within:?}: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

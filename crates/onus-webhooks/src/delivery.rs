@@ -50,7 +50,10 @@ impl Webhooks {
             )));
         }
         let event = self.event_for_job(&args.event_id).await?;
-        let body = serde_json::to_vec(&event.payload).map_err(JobError::discard_err)?;
+        // The envelope (type, timestamp, data) unless the endpoint asked for the bare payload;
+        // the signature covers the body as sent.
+        let body =
+            serde_json::to_vec(&endpoint.payload.body(&event)).map_err(JobError::discard_err)?;
         // The time of this attempt.
         let stamp = now.timestamp();
         // A key problem is the operator's to fix, not the event's: retry, do not discard.

@@ -37,7 +37,7 @@ pub use error::Error;
 pub use ids::{AttemptId, EndpointId, EventId};
 pub use model::{
     DeliverArgs, DeliveryAttempt, Endpoint, EndpointUpdate, Event, FanoutArgs, NewEndpoint,
-    Outcome, MAX_PAYLOAD_BYTES,
+    Outcome, PayloadFormat, MAX_PAYLOAD_BYTES,
 };
 pub use sql::MIGRATIONS;
 
@@ -302,6 +302,7 @@ impl Webhooks {
             now: self.client()?.now(),
             tenant: new.tenant,
             headers: new.headers,
+            payload: new.payload,
         };
         let ep = self
             .inner
@@ -378,7 +379,8 @@ impl Webhooks {
         }
     }
 
-    /// Changes an endpoint's URL, event types, note or headers (its tenant and secrets stay).
+    /// Changes an endpoint's URL, event types, note, headers or body format (its tenant and
+    /// secrets stay).
     pub async fn update_endpoint(&self, id: &str, up: EndpointUpdate) -> Result<Endpoint, Error> {
         let ep = self.endpoint(id).await?;
         let url = match &up.url {
@@ -397,6 +399,7 @@ impl Webhooks {
             Value::json(&up.event_types.unwrap_or(ep.event_types))?,
             Value::json(&up.headers.unwrap_or(ep.headers))?,
             self.client()?.now().into(),
+            up.payload.unwrap_or(ep.payload).as_str().into(),
             (&ep.id).into(),
         ];
         let mut rows: Vec<Endpoint> = self.inner.db.fetch(&sql::UPDATE_ENDPOINT, params).await?;

@@ -25,6 +25,9 @@ pub struct Endpoint {
     pub headers: BTreeMap<String, String>,
     /// The event types it receives; empty means every type.
     pub event_types: Vec<String>,
+    /// What a delivery's body is: the envelope `{"type", "timestamp", "data"}` or the bare
+    /// payload.
+    pub payload: PayloadFormat,
     /// The active signing secrets, newest first (`whsec_...`). Shown only on creation and rotation.
     #[serde(skip)]
     pub secrets: Vec<String>,
@@ -58,6 +61,7 @@ impl std::fmt::Debug for Endpoint {
             .field("description", &self.description)
             .field("headers", &format_args!("[{} hidden]", self.headers.len()))
             .field("event_types", &self.event_types)
+            .field("payload", &self.payload)
             .field("secrets", &format_args!("[{} hidden]", self.secrets.len()))
             .field("enabled", &self.enabled)
             .field("disabled_reason", &self.disabled_reason)
@@ -79,6 +83,7 @@ impl FromRow for Endpoint {
             description: r.get("description")?,
             headers: r.get::<Json<BTreeMap<String, String>>>("headers")?.0,
             event_types: r.get::<Json<Vec<String>>>("event_types")?.0,
+            payload: PayloadFormat::from_column(&r.get::<String>("payload")?)?,
             secrets: r.get::<Json<Vec<String>>>("secrets")?.0,
             enabled: r.get("enabled")?,
             disabled_reason: r.get("disabled_reason")?,
@@ -113,6 +118,56 @@ pub struct NewEndpoint {
     /// Headers sent with every delivery.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// What a delivery's body is (default: the envelope).
+    #[serde(default)]
+    pub payload: PayloadFormat,
+}
+
+/// What a delivery's body is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum PayloadFormat {
+    /// The Standard Webhooks envelope, `{"type": "invoice.paid", "timestamp": "2026-...Z",
+    /// "data": <the payload>}`: a consumer can tell what it received and dispatch on `type`.
+    #[default]
+    Envelope,
+    /// The event's payload alone, for consumers that want the bare JSON.
+    Raw,
+}
+
+impl PayloadFormat {
+    /// Its name as stored and written in requests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PayloadFormat::Envelope => "envelope",
+            PayloadFormat::Raw => "raw",
+        }
+    }
+
+    fn from_column(s: &str) -> StoreResult<Self> {
+        match s {
+            "envelope" => Ok(PayloadFormat::Envelope),
+            "raw" => Ok(PayloadFormat::Raw),
+            other => Err(onus::StoreError::Decode {
+                table: "onus_endpoints",
+                column: "payload".into(),
+                problem: format!("{other:?} is not a payload format (envelope or raw)"),
+            }),
+        }
+    }
+
+    /// The body of a delivery of `event` in this format.
+    pub fn body(self, event: &Event) -> serde_json::Value {
+        match self {
+            PayloadFormat::Envelope => serde_json::json!({
+                "type": event.event_type,
+                "timestamp": event.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                "data": event.payload,
+            }),
+            PayloadFormat::Raw => event.payload.clone(),
+        }
+    }
 }
 
 /// Changes to an endpoint; absent fields stay as they are. Its `Debug` output hides headers.
@@ -132,6 +187,9 @@ pub struct EndpointUpdate {
     /// New headers (replacing all of them).
     #[serde(default)]
     pub headers: Option<BTreeMap<String, String>>,
+    /// A new body format.
+    #[serde(default)]
+    pub payload: Option<PayloadFormat>,
 }
 
 impl std::fmt::Debug for EndpointUpdate {
@@ -141,6 +199,7 @@ impl std::fmt::Debug for EndpointUpdate {
             .field("event_types", &self.event_types)
             .field("description", &self.description)
             .field("headers", &self.headers.as_ref().map(|h| h.len()))
+            .field("payload", &self.payload)
             .finish()
     }
 }
@@ -154,6 +213,7 @@ impl std::fmt::Debug for NewEndpoint {
             .field("description", &self.description)
             .field("tenant", &self.tenant)
             .field("headers", &format_args!("[{} hidden]", self.headers.len()))
+            .field("payload", &self.payload)
             .finish()
     }
 }

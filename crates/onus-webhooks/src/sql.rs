@@ -15,13 +15,15 @@ pub static MIGRATIONS: Line = Line {
     sqlite: onus::migrations!(
         "../migrations/sqlite",
         "001_tables.sql",
-        "002_tenants_and_headers.sql"
+        "002_tenants_and_headers.sql",
+        "003_payload_format.sql"
     ),
     postgres: onus::migrations!(
         "../migrations/postgres",
         "001_tables.sql",
         "002_native_types.sql",
-        "003_tenants_and_headers.sql"
+        "003_tenants_and_headers.sql",
+        "004_payload_format.sql"
     ),
 };
 
@@ -32,33 +34,33 @@ const ATTEMPTS: &str = "onus_delivery_attempts";
 
 static INSERT_ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
-    "INSERT INTO onus_endpoints (id, url, description, event_types, secrets, enabled, created_at, updated_at, tenant, headers)
-     VALUES ($1, $2, $3, $4, $5, TRUE, $6, $6, $7, $8)
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers",
+    "INSERT INTO onus_endpoints (id, url, description, event_types, secrets, enabled, created_at, updated_at, tenant, headers, payload)
+     VALUES ($1, $2, $3, $4, $5, TRUE, $6, $6, $7, $8, $9)
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload",
 );
 
 pub(crate) static ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload
      FROM onus_endpoints WHERE id = $1",
 );
 
 pub(crate) static ALL_ENDPOINTS: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload
      FROM onus_endpoints ORDER BY created_at, id",
 );
 
 pub(crate) static TENANT_ENDPOINTS: Sql = Sql::new(
     ENDPOINTS,
-    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload
      FROM onus_endpoints WHERE tenant = $1 ORDER BY created_at, id",
 );
 
 pub(crate) static UPDATE_ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
-    "UPDATE onus_endpoints SET url = $1, description = $2, event_types = $3, headers = $4, updated_at = $5 WHERE id = $6
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers",
+    "UPDATE onus_endpoints SET url = $1, description = $2, event_types = $3, headers = $4, updated_at = $5, payload = $6 WHERE id = $7
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload",
 );
 
 pub(crate) static SET_SECRETS: Sql = Sql::new(
@@ -75,7 +77,7 @@ pub(crate) static ENABLE: Sql = Sql::new(
     ENDPOINTS,
     "UPDATE onus_endpoints SET enabled = TRUE, disabled_reason = NULL, disabled_at = NULL, failing_since = NULL, last_failure_at = NULL,
         updated_at = $1 WHERE id = $2
-     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers",
+     RETURNING id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload",
 );
 
 pub(crate) static DISABLE: Sql = Sql::new(
@@ -209,6 +211,7 @@ pub(crate) struct NewEndpointRow {
     pub now: Timestamp,
     pub tenant: Option<String>,
     pub headers: std::collections::BTreeMap<String, String>,
+    pub payload: crate::model::PayloadFormat,
 }
 
 pub(crate) async fn insert_endpoint<T: Tx + ?Sized>(
@@ -226,6 +229,7 @@ pub(crate) async fn insert_endpoint<T: Tx + ?Sized>(
             e.now.into(),
             e.tenant.into(),
             Value::json(&e.headers)?,
+            e.payload.as_str().into(),
         ],
     )
     .await

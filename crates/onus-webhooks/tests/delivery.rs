@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use onus::{Clock, DiscardReason, Job, JobFilter, JobState, ManualClock, Onus, Options, Running};
 use onus_testkit::sink::{ConnCounter, HttpSink, Received, Reply};
-use onus_testkit::{Backend, TestDb};
+use onus_testkit::{wait_until, Backend, TestDb};
 use onus_webhooks::{signing, Endpoint, NewEndpoint, WebhookConfig, Webhooks, DELIVER};
 use serde_json::json;
 
@@ -135,6 +135,7 @@ fn verify(secret: &str, r: &Received) -> Result<(), signing::SignError> {
 }
 
 onus_testkit::both!(
+    regression_a_consumer_can_tell_what_it_received,
     fails_twice_then_delivers_with_one_id_and_fresh_signatures,
     retry_after_snoozes_without_spending_an_attempt,
     a_429_with_retry_after_holds_the_endpoints_other_deliveries,
@@ -232,6 +233,91 @@ async fn regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debu
     w.stop().await;
 }
 
+/// A delivery's body was the bare payload: a consumer could not tell an `invoice.paid` from an
+/// `invoice.void`. It is the Standard Webhooks envelope `{"type", "timestamp", "data"}` (signed
+/// as sent) unless the endpoint asks for `payload = "raw"`; a test event has the same shape.
+async fn regression_a_consumer_can_tell_what_it_received(backend: Backend) {
+    let sink = HttpSink::start(|_, _| Reply::status(200)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (enveloped, secret) = w.endpoint(sink.url("/envelope")).await;
+    assert_eq!(enveloped.payload, onus_webhooks::PayloadFormat::Envelope);
+    let (raw, raw_secret) = w
+        .hooks
+        .create_endpoint(NewEndpoint {
+            url: sink.url("/raw"),
+            payload: onus_webhooks::PayloadFormat::Raw,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(raw.payload, onus_webhooks::PayloadFormat::Raw);
+    let ev = w
+        .hooks
+        .publish("invoice.void", json!({"invoice": 8}), None)
+        .await
+        .unwrap();
+    wait_until("both delivered", Duration::from_secs(20), || async {
+        sink.count() == 2
+    })
+    .await;
+    let body = |path: &str| {
+        let r = sink
+            .received()
+            .into_iter()
+            .find(|r| r.path_only() == path)
+            .unwrap();
+        (
+            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(),
+            r,
+        )
+    };
+    let (b, r) = body("/envelope");
+    assert_eq!(
+        b,
+        json!({
+            "type": "invoice.void",
+            "timestamp": ev.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            "data": {"invoice": 8}
+        })
+    );
+    assert_eq!(
+        verify(&secret, &r),
+        Ok(()),
+        "the signature covers the envelope"
+    );
+    let (b, r) = body("/raw");
+    assert_eq!(b, json!({"invoice": 8}));
+    assert_eq!(verify(&raw_secret, &r), Ok(()));
+    // A test event is an event like any other: enveloped, its type webhook.test.
+    w.hooks.send_test(enveloped.id.as_str()).await.unwrap();
+    wait_until("the test delivered", Duration::from_secs(20), || async {
+        sink.count() == 3
+    })
+    .await;
+    let test = sink.received().pop().unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&test.body).unwrap();
+    assert_eq!(b["type"], json!(onus_webhooks::TEST_EVENT), "{b}");
+    assert_eq!(
+        b["data"]["endpoint_id"],
+        json!(enveloped.id.as_str()),
+        "{b}"
+    );
+    // The format can be changed.
+    let up = w
+        .hooks
+        .update_endpoint(
+            raw.id.as_str(),
+            onus_webhooks::EndpointUpdate {
+                payload: Some(onus_webhooks::PayloadFormat::Envelope),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(up.payload, onus_webhooks::PayloadFormat::Envelope);
+    w.stop().await;
+}
+
 async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: Backend) {
     let sink = HttpSink::start(|_, n| {
         if n <= 2 {
@@ -278,9 +364,14 @@ async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: Bac
             "the same webhook-id on every attempt"
         );
         assert_eq!(verify(&secret, r), Ok(()));
+        // The Standard Webhooks envelope: the type, the event's time, the payload as data.
         assert_eq!(
             serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(),
-            json!({"invoice": 7})
+            json!({
+                "type": "invoice.paid",
+                "timestamp": ev.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                "data": {"invoice": 7}
+            })
         );
         assert_eq!(r.method, "POST");
     }
@@ -819,7 +910,7 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
     assert_eq!(fanouts.len(), 1, "{fanouts:?}");
     assert_eq!(sink.count(), 1);
     assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&sink.received()[0].body).unwrap(),
+        serde_json::from_slice::<serde_json::Value>(&sink.received()[0].body).unwrap()["data"],
         json!({"id": 2})
     );
     w.stop().await;

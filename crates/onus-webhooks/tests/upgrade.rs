@@ -227,6 +227,11 @@ async fn an_existing_database_upgrades_in_place(backend: Backend) {
         onus_webhooks::signing::verify(SECRET, &r.headers, &r.body, ts),
         Ok(())
     );
+    // An endpoint made before body formats existed keeps the bare payload its consumer reads.
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(),
+        json!({"invoice": 8})
+    );
     running.shutdown(Duration::from_secs(5)).await;
     assert_eq!(sink.count(), 1, "the old event was not delivered again");
 }

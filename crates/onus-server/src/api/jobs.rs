@@ -84,7 +84,7 @@ pub fn later(seconds: Option<f64>, until: Option<&str>) -> Result<onus::SnoozeUn
 impl NewJobBody {
     /// The job to insert; the error names the field (prefixed with `at`, as `jobs[3].`).
     pub fn to_job(&self, app: &App, at: &str) -> Result<NewJob, ApiError> {
-        app.known_kind(&format!("{at}kind"), &self.kind)?;
+        app.insertable_kind(&format!("{at}kind"), &self.kind)?;
         let mut job = NewJob::new(
             self.kind.clone(),
             self.args.clone().unwrap_or_else(|| serde_json::json!({})),
@@ -110,7 +110,7 @@ impl NewJobBody {
                 .pointer("/after_send/kind")
                 .and_then(|k| k.as_str())
             {
-                app.known_kind(&format!("{at}args.after_send.kind"), k)?;
+                app.insertable_kind(&format!("{at}args.after_send.kind"), k)?;
             }
         }
         // Validate here, so the error names the field of this job.

@@ -53,10 +53,12 @@ pub async fn pause(
     let now = app.client.now();
     let min = onus::runtime::MIN_PAUSE;
     let until = match super::jobs::later(body.seconds, body.until.as_deref())? {
-        onus::SnoozeUntil::After(d) if d < min => return Err(ApiError::invalid(format!(
+        onus::SnoozeUntil::After(d) if d < min => {
+            return Err(ApiError::invalid(format!(
             "seconds: a pause lasts at least {} s; give 1 or more (to end a pause, resume the key)",
             min.as_secs()
-        ))),
+        )))
+        }
         onus::SnoozeUntil::After(d) => onus::clock::add(now, d),
         onus::SnoozeUntil::At(t) if t < onus::clock::add(now, min) => {
             return Err(ApiError::invalid(format!(

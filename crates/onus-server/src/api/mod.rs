@@ -130,6 +130,18 @@ impl std::ops::Deref for App {
 
 impl App {
     /// The kind named `name`, or a 422 naming the known kinds.
+    /// A kind a caller may insert jobs of: known, and not one the server runs for itself
+    /// (a webhook delivery inserted by hand could send one tenant's event to another's endpoint).
+    pub fn insertable_kind(&self, field: &str, name: &str) -> Result<&KindInfo, ApiError> {
+        let info = self.known_kind(field, name)?;
+        if let Some(instead) = internal_kind(name) {
+            return Err(ApiError::invalid(format!(
+                "{field}: {name:?} is a kind the server runs itself and takes no jobs from callers; {instead}"
+            )));
+        }
+        Ok(info)
+    }
+
     pub fn known_kind(&self, field: &str, name: &str) -> Result<&KindInfo, ApiError> {
         self.kinds.get(name).ok_or_else(|| {
             let known: Vec<&str> = self.kinds.keys().map(String::as_str).collect();
@@ -138,6 +150,19 @@ impl App {
                 known.join(", ")
             ))
         })
+    }
+}
+
+/// What to do instead of inserting a job of `kind`, when it is one the server runs itself.
+pub fn internal_kind(kind: &str) -> Option<&'static str> {
+    match kind {
+        onus_webhooks::FANOUT | onus_webhooks::DELIVER => Some(
+            "publish an event instead (POST /api/v1/events with its type and payload): the server delivers it to the endpoints subscribed to it",
+        ),
+        onus_webhooks::PRUNE | onus_mail::PRUNE => {
+            Some("it is the server's own housekeeping, run on its schedule")
+        }
+        _ => None,
     }
 }
 

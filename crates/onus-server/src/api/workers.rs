@@ -72,6 +72,14 @@ pub async fn claim(
                 "kinds: {k} is run by the server itself; only pull kinds (configured without a url) are claimed"
             )));
         }
+        // A kind's jobs wait in its configured queue unless inserted elsewhere by name: a
+        // claim from another queue where none of them wait would come back empty for ever.
+        if info.queue != queue && !waiting_in(&app, k, &queue).await? {
+            return Err(ApiError::invalid(format!(
+                "kinds: {k} is configured in queue {:?}, and none of its jobs wait in {queue:?}; claim from /queues/{}/claim (or set queue = {queue:?} under [kinds.\"{k}\"])",
+                info.queue, info.queue
+            )));
+        }
     }
     let wait = match body.wait {
         None => Duration::ZERO,
@@ -102,6 +110,23 @@ pub async fn claim(
             })
             .collect(),
     }))
+}
+
+/// Whether jobs of `kind` wait in `queue`.
+async fn waiting_in(app: &App, kind: &str, queue: &str) -> Result<bool, ApiError> {
+    let filter = onus::JobFilter {
+        kinds: vec![kind.to_string()],
+        queues: vec![queue.to_string()],
+        states: vec![
+            onus::JobState::Available,
+            onus::JobState::Scheduled,
+            onus::JobState::Retryable,
+            onus::JobState::Snoozed,
+        ],
+        limit: Some(1),
+        ..Default::default()
+    };
+    Ok(!app.client.list(&filter, 1, None).await?.is_empty())
 }
 
 /// A completion, with the small JSON result to keep with the job if any.

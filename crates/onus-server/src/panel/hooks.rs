@@ -73,6 +73,10 @@ pub async fn endpoints(
             label { "Tenant " input name="tenant" value=(tenant.unwrap_or_default()); }
             label { "Event types " input name="event_types" placeholder="invoice.paid,invoice.void"; }
             label { "Description " input name="description"; }
+            label { "Body " select name="payload" {
+                option value="envelope" selected { "envelope {type, timestamp, data}" }
+                option value="raw" { "raw payload" }
+            } }
             button type="submit" { "Add" }
         }
     };
@@ -86,6 +90,7 @@ pub struct NewEndpointForm {
     tenant: Option<String>,
     event_types: Option<String>,
     description: Option<String>,
+    payload: Option<onus_webhooks::PayloadFormat>,
 }
 
 fn list(v: &Option<String>) -> Vec<String> {
@@ -105,6 +110,7 @@ pub async fn create(State(panel): State<Panel>, Posted(s, f): Posted<NewEndpoint
         tenant: f.tenant.filter(|t| !t.trim().is_empty()),
         event_types: list(&f.event_types),
         description: f.description.unwrap_or_default(),
+        payload: f.payload.unwrap_or_default(),
         ..Default::default()
     };
     match panel.app.webhooks.create_endpoint(new).await {
@@ -171,6 +177,7 @@ pub async fn endpoint(
             dt { "URL" } dd { code { (e.url) } }
             dt { "Tenant" } dd { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
             dt { "Event types" } dd { @if e.event_types.is_empty() { "every type" } @else { (e.event_types.join(", ")) } }
+            dt { "Body" } dd { @if e.payload == onus_webhooks::PayloadFormat::Envelope { "envelope: {\"type\", \"timestamp\", \"data\"}" } @else { "raw: the event's payload alone" } }
             dt { "Health" } dd { (health(&e)) }
             dt { "Last failure" } dd { (ts(e.last_failure_at)) }
         }
@@ -187,6 +194,11 @@ pub async fn endpoint(
             label { "URL " input name="url" value=(e.url) required; }
             label { "Event types " input name="event_types" value=(e.event_types.join(",")); }
             label { "Description " input name="description" value=(e.description); }
+            label { "Body " select name="payload" {
+                @for p in [onus_webhooks::PayloadFormat::Envelope, onus_webhooks::PayloadFormat::Raw] {
+                    option value=(p.as_str()) selected[e.payload == p] { (p.as_str()) }
+                }
+            } }
             button type="submit" { "Save" }
         }
         h2 { "Recent attempts" }
@@ -258,9 +270,10 @@ pub struct EditForm {
     url: String,
     event_types: Option<String>,
     description: Option<String>,
+    payload: Option<onus_webhooks::PayloadFormat>,
 }
 
-/// Saves an endpoint's URL, event types and description.
+/// Saves an endpoint's URL, event types, description and body format.
 pub async fn endpoint_edit(
     State(panel): State<Panel>,
     Path(id): Path<String>,
@@ -271,6 +284,7 @@ pub async fn endpoint_edit(
         event_types: Some(list(&f.event_types)),
         description: f.description,
         headers: None,
+        payload: f.payload,
     };
     match panel.app.webhooks.update_endpoint(&id, up).await {
         Ok(_) => panel.redirect(&format!("/endpoints/{id}")),

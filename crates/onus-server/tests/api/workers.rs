@@ -277,8 +277,7 @@ pub async fn the_readme_python_worker_drains_a_thousand_jobs_once_each(w: World)
             .arg(&script)
             .env("ONUS_URL", &w.base)
             .env("ONUS_API_TOKEN", &w.token)
-            .env("ONUS_QUEUE", "reports")
-            .env("ONUS_KINDS", "report.build")
+            // The README's own queue and kinds (the configuration example's).
             .env("ONUS_CLAIMERS", "4")
             .env("ONUS_EXIT_WHEN_IDLE", "1")
             .output(),

@@ -51,8 +51,28 @@ struct Lease {
     attempt: u32,
 }
 
-fn token_of(owner: &str, attempt: u32) -> String {
-    format!("{}.{attempt}", owner.trim_start_matches(OWNER_PREFIX))
+/// The length of a lease token's secret part.
+const SECRET_LEN: usize = 32;
+
+/// A new lease: the token the worker is given (`<secret>.<attempt>` once the attempt is known)
+/// and the owner written on the job, `pull:` and the first 32 hex digits of the secret's
+/// SHA-256. Whoever can read the job (its JSON, the panel) sees the owner, never the secret, and
+/// cannot answer for the lease.
+fn new_lease() -> (String, String) {
+    let secret = Alphanumeric.sample_string(&mut rand::thread_rng(), SECRET_LEN);
+    let owner = owner_of(&secret);
+    (secret, owner)
+}
+
+fn owner_of(secret: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(secret.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{OWNER_PREFIX}{hex}")
+}
+
+fn token_of(secret: &str, attempt: u32) -> String {
+    format!("{secret}.{attempt}")
 }
 
 fn stale(id: JobId) -> Error {
@@ -74,17 +94,17 @@ fn cancelled(id: JobId, grace: Duration) -> Error {
 
 fn parse_token(token: &str) -> Result<Lease, Error> {
     let bad = || {
-        Error::Invalid(format!(
-            "lease_token: {token:?} is not a lease token; pass the lease_token the claim answered"
-        ))
+        Error::Invalid(
+            "lease_token: not a lease token; pass the lease_token the claim answered".into(),
+        )
     };
-    let (owner, attempt) = token.rsplit_once('.').ok_or_else(bad)?;
-    if owner.len() != 24 || !owner.chars().all(|c| c.is_ascii_alphanumeric()) {
+    let (secret, attempt) = token.rsplit_once('.').ok_or_else(bad)?;
+    if secret.len() != SECRET_LEN || !secret.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err(bad());
     }
     let attempt = attempt.parse().map_err(|_| bad())?;
     Ok(Lease {
-        owner: format!("{OWNER_PREFIX}{owner}"),
+        owner: owner_of(secret),
         attempt,
     })
 }
@@ -143,10 +163,7 @@ impl Client {
                 g.push(k.clone());
             }
         }
-        let owner = format!(
-            "{OWNER_PREFIX}{}",
-            Alphanumeric.sample_string(&mut rand::thread_rng(), 24)
-        );
+        let (secret, owner) = new_lease();
         let deadline = tokio::time::Instant::now() + wait;
         let woken = self.shared.hub.queue(queue);
         loop {
@@ -177,7 +194,7 @@ impl Client {
                 }
                 let jobs = self.take_lease_keys(jobs, &owner, now, until).await;
                 out.extend(jobs.into_iter().map(|job| Claimed {
-                    lease_token: token_of(&owner, job.attempt),
+                    lease_token: token_of(&secret, job.attempt),
                     lease_expires_at: job.lease_expires_at.unwrap_or(until),
                     job,
                 }));

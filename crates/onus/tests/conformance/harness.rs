@@ -121,19 +121,12 @@ where
 
 /// [`wait_until`] with its own deadline, for waits on many processes' work (a test binary built
 /// for debugging, on a shared machine, drains a few hundred jobs a second there).
-pub async fn wait_until_within<F, Fut>(what: &str, within: Duration, mut f: F)
+pub async fn wait_until_within<F, Fut>(what: &str, within: Duration, f: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + within;
-    while !f().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    onus_testkit::wait_until(what, within, f).await
 }
 
 impl Env {
