@@ -1197,9 +1197,9 @@ fn check(
         };
         hook_requests += 1;
         let id = q.header("webhook-id").unwrap_or_default();
-        let sent: Value = serde_json::from_slice(&q.body).unwrap_or(Value::Null);
+        let envelope: Value = serde_json::from_slice(&q.body).unwrap_or(Value::Null);
         // The event's payload: the envelope's data (the endpoints are made with the default).
-        let body = &sent["data"];
+        let body = &envelope["data"];
         let event_tenant = id.split('_').nth(2).unwrap_or_default();
         let seq = id.rsplit('_').next().and_then(|n| n.parse::<u64>().ok());
         if seq.is_none() || body["seq"].as_u64() != seq {
