@@ -86,6 +86,9 @@ onus_testkit::both!(
         regression_a_budget_without_a_minimum_retries_a_lone_pulled_job,
         regression_a_capped_kind_is_claimed_in_priority_order,
         regression_a_short_key_pause_is_refused_naming_seconds,
+        regression_post_jobs_refuses_the_servers_own_kinds,
+        regression_a_claim_from_the_wrong_queue_names_the_kinds_queue,
+        regression_a_lease_token_is_not_readable_from_the_job,
     ],
 );
 

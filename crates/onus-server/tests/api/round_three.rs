@@ -145,3 +145,94 @@ pub async fn regression_a_short_key_pause_is_refused_naming_seconds(w: World) {
         (&json!("k1"), &json!(1), &json!("brief"))
     );
 }
+
+/// `POST /jobs` took the server's own kinds: a caller could insert a `webhook.deliver` that
+/// sends one tenant's event to another tenant's endpoint. They are refused, saying what to call.
+pub async fn regression_post_jobs_refuses_the_servers_own_kinds(w: World) {
+    for kind in ["webhook.deliver", "webhook.fanout"] {
+        let (s, e) = w
+            .post(
+                "/api/v1/jobs",
+                json!({"kind": kind, "args": {"event_id": "msg_x", "endpoint_id": "ep_y"}}),
+            )
+            .await;
+        assert_eq!(s, 422, "{kind}: {e}");
+        let m = e["error"]["message"].as_str().unwrap();
+        assert!(
+            m.starts_with("kind:") && m.contains("POST /api/v1/events"),
+            "{m}"
+        );
+    }
+    let (s, e) = w
+        .post("/api/v1/jobs", json!({"kind": "webhook.prune"}))
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(e.to_string().contains("housekeeping"), "{e}");
+    let (s, e) = w
+        .post(
+            "/api/v1/jobs/batch",
+            json!({"jobs": [{"kind": crate::harness::ECHO}, {"kind": "webhook.deliver"}]}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(e.to_string().contains("jobs[1].kind"), "{e}");
+    let (_, list) = w.get("/api/v1/jobs?kind=webhook.deliver").await;
+    assert_eq!(list["jobs"], json!([]), "nothing inserted: {list}");
+}
+
+/// A pull claim for a kind configured in another queue came back empty for ever; it is a 422
+/// naming the kind's queue, unless jobs of the kind were inserted into the queue asked for.
+pub async fn regression_a_claim_from_the_wrong_queue_names_the_kinds_queue(w: World) {
+    insert(&w, json!({"kind": "report.build"})).await;
+    let (s, e) = claim(&w, "default", &["report.build"], 1, 0).await;
+    assert_eq!(s, 422, "{e}");
+    let m = e["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("\"reports\"") && m.contains("/queues/reports/claim"),
+        "{m}"
+    );
+    let (s, c) = claim(&w, "reports", &["report.build"], 1, 0).await;
+    assert_eq!((s, c["jobs"].as_array().unwrap().len()), (200, 1), "{c}");
+    // Jobs put in another queue by name are claimed from there.
+    let id = insert(&w, json!({"kind": "report.build", "queue": "default"})).await;
+    let (s, c) = claim(&w, "default", &["report.build"], 1, 0).await;
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(c["jobs"][0]["id"], json!(id));
+}
+
+/// A pull lease token was the job's `lease_owner` plus the attempt: whoever could read the job
+/// could answer for it. The token's secret is not in the job, nor anything it can be made from.
+pub async fn regression_a_lease_token_is_not_readable_from_the_job(w: World) {
+    let id = insert(&w, json!({"kind": "report.build"})).await;
+    let (_, c) = claim(&w, "reports", &["report.build"], 1, 0).await;
+    let token = c["jobs"][0]["lease_token"].as_str().unwrap().to_string();
+    let (secret, attempt) = token.rsplit_once('.').unwrap();
+    let (_, job) = w.get(&format!("/api/v1/jobs/{id}")).await;
+    let shown = job.to_string();
+    assert!(!shown.contains(secret), "the job shows the token: {shown}");
+    let owner = job["lease_owner"].as_str().unwrap();
+    assert!(owner.starts_with("pull:"), "{owner}");
+    // A token forged from what the job shows is not a lease.
+    let forged = format!("{}.{attempt}", owner.trim_start_matches("pull:"));
+    let (s, e) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/complete"),
+            json!({"lease_token": forged}),
+        )
+        .await;
+    assert!(s == 409 || s == 422, "{s} {e}");
+    assert!(
+        !e.to_string().contains(&forged),
+        "the refusal echoes no token: {e}"
+    );
+    let (_, j) = w.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(j["state"], json!("running"));
+    // The real one answers.
+    let (s, j) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/complete"),
+            json!({"lease_token": token}),
+        )
+        .await;
+    assert_eq!((s, &j["state"]), (200, &json!("completed")), "{j}");
+}
