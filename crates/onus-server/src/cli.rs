@@ -72,6 +72,16 @@ pub enum Command {
     /// Make encryption keys and re-encrypt webhook secrets under a new one.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// End the tasks panel's sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// End every panel session in every server sharing this database: each browser must log in
+    /// again (rotating the API token or changing the panel password does this too).
+    Revoke,
 }
 
 #[derive(Debug, Subcommand)]
@@ -238,6 +248,15 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Token(cmd) => token(&file, &url, cmd).await,
+        Command::Sessions(SessionsCommand::Revoke) => {
+            let parts = migrated_runtime(&file, &url).await?;
+            crate::panel::Sessions::new(parts.secrets.clone())
+                .revoke_all()
+                .await
+                .map_err(|e| e.to_string())?;
+            eprintln!("every panel session has ended; log in again");
+            Ok(())
+        }
         Command::Keys(KeysCommand::Generate) => {
             println!("{}", onus_webhooks::crypto::Key::generate());
             Ok(())

@@ -57,6 +57,15 @@ fn matches(a: &str, b: &str) -> bool {
     bool::from(x.as_slice().ct_eq(y.as_slice()))
 }
 
+/// SHA-256 of a credential, in hex: safe to mix into a signature, never the credential.
+pub fn fingerprint(credential: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(credential.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 impl Auth {
     /// Checks against `configured` when set, else against the tokens kept in the database.
     pub fn new(configured: Option<String>, secrets: Secrets) -> Self {
@@ -100,6 +109,25 @@ impl Auth {
         Ok(())
     }
 
+    /// A fingerprint of the current token (the configured one, or the newest kept in the
+    /// database, read again each time so a rotation in any process counts at once): what panel
+    /// sessions are bound to, so a rotation ends them. Never the token itself.
+    pub async fn fingerprint(&self) -> Result<String, onus::StoreError> {
+        let current = match &self.configured {
+            Some(t) => t.clone(),
+            None => {
+                self.refresh().await?;
+                let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                c.tokens
+                    .iter()
+                    .find(|v| v.expires_at.is_none())
+                    .map(|v| format!("{}:{}", v.version, v.value))
+                    .unwrap_or_default()
+            }
+        };
+        Ok(fingerprint(&current))
+    }
+
     /// True when `presented` is an accepted token.
     pub async fn check(&self, presented: &str) -> Result<bool, ApiError> {
         if let Some(t) = &self.configured {
@@ -134,14 +162,18 @@ pub fn bearer(req: &Request) -> Option<&str> {
 /// Middleware: refuses a URL whose path or query holds a NUL character (`%00`), which no
 /// database stores alike, with 422 before anything reads it.
 pub async fn refuse_nul(req: Request, next: Next) -> Result<Response, ApiError> {
-    let uri = req.uri();
-    let raw = format!("{}?{}", uri.path(), uri.query().unwrap_or_default());
-    if raw.to_ascii_lowercase().contains("%00") {
-        return Err(ApiError::invalid(
-            "the URL contains a NUL character (%00); remove it",
-        ));
+    if let Some(e) = nul_in(req.uri()) {
+        return Err(e);
     }
     Ok(next.run(req).await)
+}
+
+/// The refusal of a URL whose path or query holds a NUL (`%00`), which no database stores.
+pub fn nul_in(uri: &axum::http::Uri) -> Option<ApiError> {
+    let raw = format!("{}?{}", uri.path(), uri.query().unwrap_or_default());
+    raw.to_ascii_lowercase()
+        .contains("%00")
+        .then(|| ApiError::invalid("the URL contains a NUL character (%00); remove it"))
 }
 
 /// Refuses a request without an accepted token with 401.

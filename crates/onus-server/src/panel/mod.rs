@@ -81,6 +81,14 @@ impl Panel {
         r
     }
 
+    /// What sessions are bound to: the panel password, or the current API token.
+    async fn credential(&self) -> Result<String, onus::StoreError> {
+        match &self.password {
+            Some(p) => Ok(crate::api::auth::fingerprint(&format!("password:{p}"))),
+            None => self.app.auth.fingerprint().await,
+        }
+    }
+
     async fn password_ok(&self, given: &str) -> Result<bool, crate::api::ApiError> {
         match &self.password {
             Some(p) => {
@@ -97,6 +105,19 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Adds the panel's security headers to every answer.
+/// A URL with a NUL in it (`?kind=%00`) gets a 422 page saying so, as the API answers it,
+/// before any page reads it.
+async fn refuse_nul(
+    State(panel): State<Panel>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match crate::api::auth::nul_in(req.uri()) {
+        Some(e) => pages::refusal_page(&panel, e),
+        None => next.run(req).await,
+    }
+}
+
 async fn headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let mut r = next.run(req).await;
     let h = r.headers_mut();
@@ -142,11 +163,16 @@ impl FromRequestParts<Panel> for Authed {
     async fn from_request_parts(parts: &mut Parts, panel: &Panel) -> Result<Self, ToLogin> {
         let cookie = cookie_of(&parts.headers);
         let found = match cookie {
-            Some(c) => panel
-                .sessions
-                .check(&c, chrono::Utc::now())
-                .await
-                .map_err(|e| ToLogin(crate::api::ApiError::from(e).into_response()))?,
+            Some(c) => {
+                let refused =
+                    |e: onus::StoreError| ToLogin(crate::api::ApiError::from(e).into_response());
+                let credential = panel.credential().await.map_err(refused)?;
+                panel
+                    .sessions
+                    .check(&c, chrono::Utc::now(), &credential)
+                    .await
+                    .map_err(refused)?
+            }
             None => None,
         };
         match found {
@@ -247,7 +273,11 @@ async fn login(
         }
         Err(e) => return e.into_response(),
     }
-    let value = match panel.sessions.create(chrono::Utc::now()).await {
+    let credential = match panel.credential().await {
+        Ok(c) => c,
+        Err(e) => return crate::api::ApiError::from(e).into_response(),
+    };
+    let value = match panel.sessions.create(chrono::Utc::now(), &credential).await {
         Ok(v) => v,
         Err(e) => return crate::api::ApiError::from(e).into_response(),
     };
@@ -339,6 +369,10 @@ pub fn router(panel: Panel) -> Router {
         .route("/events/{id}", get(hooks::event))
         .route("/assets/panel.css", get(css))
         .route("/assets/panel.js", get(js))
+        .layer(axum::middleware::from_fn_with_state(
+            panel.clone(),
+            refuse_nul,
+        ))
         .layer(axum::middleware::from_fn(headers))
         .with_state(panel.clone());
     if panel.base.is_empty() {

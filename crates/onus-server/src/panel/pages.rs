@@ -131,6 +131,12 @@ pub(crate) fn err_page(panel: &Panel, s: &Session, e: ApiError) -> Response {
         .into_response()
 }
 
+/// A request refused before it reached a page (no session read): the error and its status.
+pub(crate) fn refusal_page(panel: &Panel, e: ApiError) -> Response {
+    let body = html! { p class="error" role="alert" { (e.message) } };
+    (e.status, layout(panel, None, "Request refused", 0, body)).into_response()
+}
+
 /// The login form, with an error to show.
 pub fn login(panel: &Panel, error: Option<&str>) -> Markup {
     let body = html! {

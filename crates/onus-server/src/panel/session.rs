@@ -12,7 +12,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
 use subtle::ConstantTimeEq as _;
-use tokio::sync::OnceCell;
 
 use crate::secrets::{self, Secrets};
 
@@ -30,9 +29,14 @@ pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// Makes and checks sessions.
+///
+/// A session is signed over the credential it was opened with (the panel password, or the API
+/// token current at login) and the session key: changing the password, rotating the token
+/// (`onus token rotate`) or rotating the key (`onus sessions revoke`) ends every session in every
+/// process sharing the database. The key is read from the database on each check, so a revoke
+/// made elsewhere takes effect at the next page.
 pub struct Sessions {
     secrets: Secrets,
-    key: OnceCell<Vec<u8>>,
     failures: Mutex<HashMap<IpAddr, Tries>>,
 }
 
@@ -56,22 +60,40 @@ impl Sessions {
     pub fn new(secrets: Secrets) -> Self {
         Sessions {
             secrets,
-            key: OnceCell::new(),
             failures: Mutex::new(HashMap::new()),
         }
     }
 
-    async fn key(&self) -> Result<&[u8], onus::StoreError> {
-        self.key
-            .get_or_try_init(|| async {
-                let (v, _) = self
-                    .secrets
-                    .ensure(KEY_NAME, secrets::generate(""), chrono::Utc::now())
-                    .await?;
-                Ok(v.value.into_bytes())
-            })
+    /// The signing key for sessions opened with `credential` (a fingerprint of the password or
+    /// token): the stored session key, bound to the credential.
+    async fn key(&self, credential: &str) -> Result<Vec<u8>, onus::StoreError> {
+        let now = chrono::Utc::now();
+        let stored = match self.secrets.valid(KEY_NAME, now).await?.into_iter().next() {
+            Some(v) => v,
+            None => {
+                self.secrets
+                    .ensure(KEY_NAME, secrets::generate(""), now)
+                    .await?
+                    .0
+            }
+        };
+        Ok(Self::mac(
+            stored.value.as_bytes(),
+            &format!("credential:{credential}"),
+        ))
+    }
+
+    /// Ends every session: a new session key, the previous one refused at once.
+    pub async fn revoke_all(&self) -> Result<(), onus::StoreError> {
+        self.secrets
+            .rotate(
+                KEY_NAME,
+                secrets::generate(""),
+                chrono::Utc::now(),
+                Duration::ZERO,
+            )
             .await
-            .map(Vec::as_slice)
+            .map(|_| ())
     }
 
     fn mac(key: &[u8], what: &str) -> Vec<u8> {
@@ -81,32 +103,36 @@ impl Sessions {
         m.finalize().into_bytes().to_vec()
     }
 
-    /// A new session cookie value, valid until `now` + [`SESSION_FOR`].
+    /// A new session cookie value for a login with `credential`, valid until `now` +
+    /// [`SESSION_FOR`].
     pub async fn create(
         &self,
         now: chrono::DateTime<chrono::Utc>,
+        credential: &str,
     ) -> Result<String, onus::StoreError> {
-        let key = self.key().await?;
+        let key = self.key(credential).await?;
         let id = secrets::generate("");
         let until =
             (now + chrono::TimeDelta::from_std(SESSION_FOR).unwrap_or_default()).timestamp();
         let body = format!("{id}.{until}");
-        let sig = B64.encode(Self::mac(key, &format!("session:{body}")));
+        let sig = B64.encode(Self::mac(&key, &format!("session:{body}")));
         Ok(format!("{body}.{sig}"))
     }
 
-    /// The session a cookie value names, if it is genuine and not expired.
+    /// The session a cookie value names, if it is genuine, not expired, and opened with the
+    /// `credential` that is current.
     pub async fn check(
         &self,
         cookie: &str,
         now: chrono::DateTime<chrono::Utc>,
+        credential: &str,
     ) -> Result<Option<Session>, onus::StoreError> {
-        let key = self.key().await?;
+        let key = self.key(credential).await?;
         let mut parts = cookie.rsplitn(2, '.');
         let (Some(sig), Some(body)) = (parts.next(), parts.next()) else {
             return Ok(None);
         };
-        let want = Self::mac(key, &format!("session:{body}"));
+        let want = Self::mac(&key, &format!("session:{body}"));
         let Ok(got) = B64.decode(sig) else {
             return Ok(None);
         };
@@ -122,7 +148,7 @@ impl Sessions {
         if until <= now.timestamp() {
             return Ok(None);
         }
-        let csrf = B64.encode(Self::mac(key, &format!("csrf:{id}")));
+        let csrf = B64.encode(Self::mac(&key, &format!("csrf:{id}")));
         Ok(Some(Session {
             id: id.to_string(),
             csrf,

@@ -79,6 +79,8 @@ onus_testkit::both!(
         every_page_renders_empty_and_with_thousands_in_every_state,
         the_panel_works_under_a_base_path,
         events_come_in_pages_with_their_filters,
+        regression_sessions_end_with_the_credential,
+        regression_a_nul_in_a_panel_query_is_a_422_page,
     ],
     openapi: [every_documented_route_is_served_and_every_route_documented],
     mail: [a_mail_job_is_sent_and_marked_through_the_api],

@@ -587,3 +587,70 @@ pub async fn events_come_in_pages_with_their_filters(w: World) {
     );
     assert!(!second.contains(">ev-1<"), "only the tenant's events");
 }
+
+/// Panel sessions outlived the credential they were opened with: a rotated API token, a changed
+/// panel password or `onus sessions revoke` end them (in every process: read from the database).
+pub async fn regression_sessions_end_with_the_credential(w: World) {
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    assert_eq!(b.get("/").await.0, 200);
+    // The token rotated (as `onus token rotate` does, with its default grace).
+    w.parts
+        .secrets
+        .rotate(
+            onus_server::secrets::API_TOKEN,
+            onus_server::secrets::generate(onus_server::api::auth::TOKEN_PREFIX),
+            chrono::Utc::now(),
+            std::time::Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    let (s, _, h) = b.get("/").await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/login"));
+    // A new login works; a revoke ends it too.
+    let current = w
+        .parts
+        .secrets
+        .valid(onus_server::secrets::API_TOKEN, chrono::Utc::now())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|v| v.expires_at.is_none())
+        .unwrap()
+        .value;
+    b.login(&current).await;
+    assert_eq!(b.get("/").await.0, 200);
+    onus_server::panel::Sessions::new(w.parts.secrets.clone())
+        .revoke_all()
+        .await
+        .unwrap();
+    let (s, _, h) = b.get("/").await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/login"));
+    // A changed panel password ends the sessions opened with the old one.
+    let with = |p: &str| format!("{}\n[panel]\npassword = \"{p}\"\n", crate::harness::CONFIG);
+    let w = w.restart(&with("first-password-1234")).await.unwrap();
+    let mut b = Browser::new(&w);
+    b.login("first-password-1234").await;
+    assert_eq!(b.get("/").await.0, 200);
+    let w = w.restart(&with("second-password-5678")).await.unwrap();
+    let mut again = Browser::new(&w);
+    again.cookie = b.cookie.clone();
+    let (s, _, h) = again.get("/").await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, "/login"));
+}
+
+/// A NUL in a page's query string (`/jobs?kind=%00`) was a 500; it is a 422 page saying so.
+pub async fn regression_a_nul_in_a_panel_query_is_a_422_page(w: World) {
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    for path in [
+        "/jobs?kind=%00",
+        "/jobs?q=a%00b",
+        "/events?tenant=%00",
+        "/endpoints?tenant=x%00",
+    ] {
+        let (s, page, _) = b.get(path).await;
+        assert_eq!(s, 422, "{path}: {page}");
+        assert!(page.contains("NUL"), "{path}: {page}");
+    }
+}
