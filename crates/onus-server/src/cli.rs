@@ -203,6 +203,30 @@ impl FilterArgs {
     }
 }
 
+/// Refuses a SQLite URL whose file does not exist, naming the file and how to point elsewhere.
+fn database_exists(url: &str) -> Result<(), String> {
+    if !url.starts_with("sqlite:") {
+        return Ok(());
+    }
+    let path = onus::sqlite::SqliteOptions::from_url(url)
+        .map_err(|e| e.to_string())?
+        .path;
+    // A missing directory is for the store to name; a missing file in one that exists is ours.
+    let dir_missing = path
+        .parent()
+        .is_some_and(|d| !d.as_os_str().is_empty() && !d.exists());
+    if path.exists() || dir_missing {
+        return Ok(());
+    }
+    let shown = std::fs::canonicalize(".")
+        .map(|d| d.join(&path))
+        .unwrap_or_else(|_| path.clone());
+    Err(format!(
+        "no database at {} (from {url}); run this where `onus serve` keeps its database, or point to it with --database-url (ONUS_DATABASE_URL), e.g. --database-url sqlite:///path/to/onus.db; `onus serve` or `onus migrate` makes a new one",
+        shown.display()
+    ))
+}
+
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> Result<(), String> {
     let (file, path) = config::load(cli.config.as_deref()).map_err(|e| e.to_string())?;
@@ -211,6 +235,18 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         .clone()
         .or_else(|| file.database_url.clone())
         .unwrap_or_else(|| config::DEFAULT_DATABASE_URL.to_string());
+    // Only `serve` and `migrate` make a database; every other command that reads or changes
+    // one refuses a SQLite file that is not there rather than create an empty one.
+    let needs_database = !matches!(
+        cli.command,
+        Command::Serve { .. }
+            | Command::Migrate { status: false, .. }
+            | Command::Policy(_)
+            | Command::Keys(KeysCommand::Generate)
+    );
+    if needs_database {
+        database_exists(&url)?;
+    }
     match cli.command {
         Command::Serve { listen, no_migrate } => {
             let listen = listen

@@ -48,6 +48,7 @@ fn every_command_has_help() {
         vec!["periodic", "--help"],
         vec!["periodic", "list", "--help"],
         vec!["migrate", "--help"],
+        vec!["sessions", "revoke", "--help"],
     ] {
         let o = onus(dir.path(), &cmd);
         assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
@@ -62,7 +63,9 @@ fn every_command_has_help() {
 #[test]
 fn migrate_applies_every_line_and_status_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    // A database with no tables yet: --status lists every line at version 0 and creates nothing.
+    // A database with no tables yet (an empty file): --status lists every line at version 0 and
+    // creates nothing.
+    std::fs::write(dir.path().join("onus.db"), b"").unwrap();
     let o = onus(dir.path(), &["migrate", "--status"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -213,6 +216,40 @@ fn bad_database_urls_fail_with_a_clear_error() {
     );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a database"), "{}", stderr(&o));
+}
+
+/// A command run where there is no database created an empty one and answered as if it had
+/// found nothing. Every command but `serve` and `migrate` says so, creating nothing.
+#[test]
+fn regression_a_command_where_there_is_no_database_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in [
+        vec!["jobs", "list"],
+        vec!["jobs", "show", "1"],
+        vec!["jobs", "retry", "1"],
+        vec!["jobs", "cancel", "--all"],
+        vec!["periodic", "list"],
+        vec!["token", "show"],
+        vec!["token", "rotate"],
+        vec!["migrate", "--status"],
+        vec!["sessions", "revoke"],
+    ] {
+        let o = onus(dir.path(), &cmd);
+        assert!(!o.status.success(), "{cmd:?}");
+        let e = stderr(&o);
+        assert!(
+            e.contains("no database at") && e.contains("onus.db") && e.contains("--database-url"),
+            "{cmd:?}: {e}"
+        );
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "{cmd:?} created a file"
+        );
+    }
+    // Policies need no database.
+    assert!(onus(dir.path(), &["policy", "show", "webhook"])
+        .status
+        .success());
 }
 
 #[tokio::test]
