@@ -266,6 +266,22 @@ impl Guard {
         self.allow.iter().any(|n| n.contains(&ip))
     }
 
+    /// Whether a URL names a literal address this guard will always refuse (a private,
+    /// loopback, link-local or metadata address not on the allow-list, in any spelling the URL
+    /// parser accepts): such a URL can be refused when it is registered, not at every call.
+    /// Names are not looked up here (they may resolve elsewhere later); a URL that does not
+    /// parse is for the caller's own check.
+    pub fn check_literal(&self, url: &str) -> Result<(), Blocked> {
+        match reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host().map(|h| h.to_owned()))
+        {
+            Some(url::Host::Ipv4(ip)) => self.check_ip(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => self.check_ip(IpAddr::V6(ip)),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks what can be checked without a lookup: literal addresses (in any spelling the URL
     /// parser accepts) and `localhost` names. Other names are checked when resolved.
     pub fn check_url(&self, url: &reqwest::Url) -> Result<(), Blocked> {

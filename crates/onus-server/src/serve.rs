@@ -111,6 +111,11 @@ pub fn runtime_with(
     for (name, k) in &file.kinds {
         if let (Some(url), false) = (&k.url, BUILT_IN.contains(&name.as_str())) {
             // A push kind: each job POSTed to its URL.
+            http.guard().check_literal(url).map_err(|b| {
+                format!(
+                    "[kinds.\"{name}\"] url = {url:?}: {b}; every job would be refused unsent: point to a reachable address, or add its network to [http] allow_networks"
+                )
+            })?;
             let secret = crate::push::PushSecret::new(name, k.secret.clone(), secrets.clone());
             push_secrets.insert(name.clone(), secret.clone());
             let timeout = match &k.timeout {

@@ -104,6 +104,9 @@ impl Webhooks {
         let ep = p.endpoint.id.clone();
         let reset_before = onus::clock::sub(now, self.inner.cfg.failure_reset);
         let success = sent.class.is_success();
+        // A destination the guard refused was never reached: the endpoint did not fail (its
+        // other deliveries get no cooldown), the delivery is discarded as unsendable.
+        let refused = sent.blocked.is_some();
         let failing_since = self
             .inner
             .db
@@ -114,12 +117,18 @@ impl Webhooks {
                         sql::mark_healthy(tx, &ep).await?;
                         return Ok::<_, Error>(None);
                     }
+                    if refused {
+                        return Ok(None);
+                    }
                     Ok(sql::mark_failing(tx, &ep, now, reset_before).await?)
                 })
             })
             .await?;
         if success {
             return Ok(());
+        }
+        if refused {
+            return sent.class.into_job_result(ctx.job());
         }
         let failing_since = failing_since.unwrap_or(now);
         if let Some(reason) = disable_reason(

@@ -280,7 +280,7 @@ impl Webhooks {
 
     /// Creates an endpoint; the answer is the only place its secret is shown.
     pub async fn create_endpoint(&self, new: NewEndpoint) -> Result<(Endpoint, String), Error> {
-        let url = endpoint_url(&new.url)?;
+        let url = self.reachable_url(&new.url)?;
         if let Some(t) = &new.tenant {
             check_tenant(t)?;
         }
@@ -311,6 +311,18 @@ impl Webhooks {
             .await?
             .ok_or_else(|| Error::Conflict("the endpoint was not created; try again".into()))?;
         Ok((ep, secret))
+    }
+
+    /// An endpoint URL, checked, and refused when it names an address the SSRF guard will
+    /// always refuse (every delivery to it would be discarded unsent).
+    fn reachable_url(&self, raw: &str) -> Result<String, Error> {
+        let url = endpoint_url(raw)?;
+        self.inner.http.guard().check_literal(&url).map_err(|b| {
+            Error::Invalid(format!(
+                "url: {b}; every delivery to it would be refused: point to a public address, or add its network to [webhooks] allow_networks"
+            ))
+        })?;
+        Ok(url)
     }
 
     /// One endpoint.
@@ -384,7 +396,7 @@ impl Webhooks {
     pub async fn update_endpoint(&self, id: &str, up: EndpointUpdate) -> Result<Endpoint, Error> {
         let ep = self.endpoint(id).await?;
         let url = match &up.url {
-            Some(u) => endpoint_url(u)?,
+            Some(u) => self.reachable_url(u)?,
             None => ep.url,
         };
         if let Some(h) = &up.headers {

@@ -145,7 +145,7 @@ onus_testkit::both!(
     never_two_requests_at_once_to_one_endpoint,
     five_days_of_failure_disable_and_a_stale_failure_does_not,
     redeliver_after_the_fix_delivers_every_discarded_event,
-    hostile_urls_are_refused_without_a_connection,
+    regression_a_refused_address_is_refused_at_registration_and_starts_no_cooldown,
     publish_commits_with_the_callers_transaction_or_not_at_all,
     a_rotated_secret_signs_alongside_the_previous_one,
     busy_until_shows_the_delivery_in_flight,
@@ -755,7 +755,12 @@ async fn redeliver_after_the_fix_delivers_every_discarded_event(backend: Backend
     w.stop().await;
 }
 
-async fn hostile_urls_are_refused_without_a_connection(backend: Backend) {
+/// A literal address the guard always refuses is refused when the endpoint is registered (or
+/// its URL changed), naming the setting that would allow it; a name that resolves to one is
+/// refused at delivery without a connection, and that refusal starts no failure cooldown.
+async fn regression_a_refused_address_is_refused_at_registration_and_starts_no_cooldown(
+    backend: Backend,
+) {
     let v4 = ConnCounter::start("127.0.0.2:0").await.unwrap();
     let port = v4.addr().port();
     let v6 = ConnCounter::start(&format!("[::1]:{port}")).await;
@@ -763,34 +768,63 @@ async fn hostile_urls_are_refused_without_a_connection(backend: Backend) {
     for host in [
         "127.0.0.2",
         "[::1]",
-        "localhost",
         "2130706434",
         "0x7f000002",
+        "169.254.169.254",
     ] {
-        w.endpoint(format!("http://{host}:{port}/hook")).await;
+        let e = w
+            .hooks
+            .create_endpoint(NewEndpoint {
+                url: format!("http://{host}:{port}/hook"),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        let m = e.to_string();
+        assert!(
+            matches!(e, onus_webhooks::Error::Invalid(_))
+                && m.contains("refused")
+                && m.contains("[webhooks] allow_networks"),
+            "{host}: {m}"
+        );
     }
+    assert!(w.hooks.endpoints().await.unwrap().is_empty());
+    // A name is checked when resolved, at each delivery.
+    let (ep, _) = w.endpoint(format!("http://localhost:{port}/hook")).await;
+    let moved = w
+        .hooks
+        .update_endpoint(
+            ep.id.as_str(),
+            onus_webhooks::EndpointUpdate {
+                url: Some(format!("http://127.0.0.2:{port}/hook")),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(
+        moved.is_err(),
+        "a change to a refused address is refused too"
+    );
     let ev = w
         .hooks
         .publish("secret.leak", json!({}), None)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let d = w.deliveries(&ev.id).await;
-        if d.len() == 5 && d.iter().all(|j| j.state == JobState::Discarded) {
-            for j in &d {
-                assert_eq!(j.attempt, 1);
-                assert!(
-                    j.errors[0].message.contains("refused to connect"),
-                    "{:?}",
-                    j.errors
-                );
-            }
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{d:?}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let j = w
+        .wait_delivery(&ev.id, "discarded", |j| j.state == JobState::Discarded)
+        .await;
+    assert_eq!(j.attempt, 1);
+    assert!(
+        j.errors[0].message.contains("refused to connect"),
+        "{:?}",
+        j.errors
+    );
+    let after = w.hooks.endpoint(ep.id.as_str()).await.unwrap();
+    assert_eq!(
+        (after.failing_since, after.last_failure_at),
+        (None, None),
+        "a guard refusal is not the endpoint failing: no cooldown"
+    );
     assert_eq!(
         v4.settled_count().await,
         0,

@@ -63,7 +63,7 @@ onus_testkit::both!(
     push: [
         a_push_kind_posts_each_job_signed_and_the_answer_is_classified,
         a_retry_after_snoozes_a_push_without_spending_an_attempt,
-        a_push_url_to_a_refused_address_is_refused_without_a_connection,
+        regression_a_push_url_to_a_refused_address_is_refused_at_start,
         a_lease_key_from_configuration_runs_one_job_per_key_at_once,
         a_retry_budget_from_configuration_caps_the_retries_sent,
     ],

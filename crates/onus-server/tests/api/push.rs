@@ -145,35 +145,41 @@ pub async fn a_retry_after_snoozes_a_push_without_spending_an_attempt(w: World) 
 /// A push kind whose URL names an address off `[http] allow_networks` (here loopback addresses
 /// other than 127.0.0.1, in several spellings) is discarded at its first attempt, saying why,
 /// and no connection ever reaches that address.
-pub async fn a_push_url_to_a_refused_address_is_refused_without_a_connection(w: World) {
+pub async fn regression_a_push_url_to_a_refused_address_is_refused_at_start(w: World) {
     let backend = w.backend;
     drop(w);
     let counter = onus_testkit::sink::ConnCounter::start("127.0.0.2:0")
         .await
         .unwrap();
     let port = counter.addr().port();
-    let hosts = ["127.0.0.2", "2130706434", "0x7f000002", "localhost"];
-    let mut toml = CONFIG.to_string();
-    for (i, host) in hosts.iter().enumerate() {
-        toml.push_str(&format!(
-            "\n[kinds.\"push.refused{i}\"]\nurl = \"http://{host}:{port}/hook\"\n"
-        ));
+    // A literal address the guard always refuses: the server does not start, naming the setting.
+    for host in ["127.0.0.2", "2130706434", "0x7f000002"] {
+        let toml =
+            format!("{CONFIG}\n[kinds.\"push.refused\"]\nurl = \"http://{host}:{port}/hook\"\n");
+        let file = onus_server::config::parse(&toml).unwrap();
+        let db = onus_testkit::TestDb::new(backend).await;
+        let e = match onus_server::serve::prepare(&file, &db.url, true).await {
+            Ok(_) => panic!("{host}: a push kind to a refused address was accepted"),
+            Err(e) => e,
+        };
+        assert!(
+            e.contains("[kinds.\"push.refused\"] url") && e.contains("[http] allow_networks"),
+            "{host}: {e}"
+        );
     }
+    // A name is checked when resolved: each job is refused at its first attempt, unsent.
+    let toml =
+        format!("{CONFIG}\n[kinds.\"push.refused\"]\nurl = \"http://localhost:{port}/hook\"\n");
     let w = api_with(backend, &toml).await;
-    for (i, host) in hosts.iter().enumerate() {
-        let (s, j) = w
-            .post(
-                "/api/v1/jobs",
-                json!({"kind": format!("push.refused{i}"), "args": {}}),
-            )
-            .await;
-        assert_eq!(s, 201, "{j}");
-        let id = j["id"].as_i64().unwrap();
-        let done = w.wait_job(id, |j| j["state"] == "discarded").await;
-        assert_eq!(done["attempt"], 1, "{done}");
-        let msg = done["errors"][0]["message"].as_str().unwrap_or_default();
-        assert!(msg.contains("refused to connect"), "{host}: {done}");
-    }
+    let (s, j) = w
+        .post("/api/v1/jobs", json!({"kind": "push.refused", "args": {}}))
+        .await;
+    assert_eq!(s, 201, "{j}");
+    let id = j["id"].as_i64().unwrap();
+    let done = w.wait_job(id, |j| j["state"] == "discarded").await;
+    assert_eq!(done["attempt"], 1, "{done}");
+    let msg = done["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("refused to connect"), "{done}");
     assert_eq!(
         counter.settled_count().await,
         0,
