@@ -8,6 +8,9 @@ use std::process::Command;
 /// The virtual environment of `requirement` (`"name==version"`) under `dir`, installed on first
 /// use; returns its `bin` directory. Needs `python3` with its `venv` module.
 pub fn venv(dir: &Path, requirement: &str) -> PathBuf {
+    // Tests of one binary (one per backend) ask at once: one installs, the others wait for it.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     let venv = dir.join(requirement.replace("==", "-"));
     let bin = venv.join("bin");
     let ready = venv.join("installed");

@@ -288,7 +288,7 @@ pub struct Job {
     pub progress: Option<Progress>,
     /// The small JSON result its completing attempt kept ([`MAX_RESULT_BYTES`] at most).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
     pub result: Option<serde_json::Value>,
 }
 

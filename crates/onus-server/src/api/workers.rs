@@ -137,7 +137,7 @@ pub struct CompleteBody {
     pub lease_token: String,
     /// Kept with the job (`GET /jobs/{id}`): at most 64 KiB of JSON.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub result: Option<serde_json::Value>,
 }
 

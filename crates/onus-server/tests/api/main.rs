@@ -82,7 +82,10 @@ onus_testkit::both!(
         regression_sessions_end_with_the_credential,
         regression_a_nul_in_a_panel_query_is_a_422_page,
     ],
-    openapi: [every_documented_route_is_served_and_every_route_documented],
+    openapi: [
+        every_documented_route_is_served_and_every_route_documented,
+        regression_the_document_is_valid_and_every_get_answer_fits_it,
+    ],
     mail: [a_mail_job_is_sent_and_marked_through_the_api],
     round_three: [
         regression_a_budget_without_a_minimum_retries_a_lone_pulled_job,
