@@ -39,6 +39,8 @@ queue = "reports"
 [kinds."report.build".policy]
 max_attempts = 3
 backoff = { schedule = ["10s", "1m"] }
+# A claim's lease outlasts any test, however slow the machine: a job left running stays running.
+timeout = "1h"
 
 [kinds."quick.pull".policy]
 max_attempts = 2
