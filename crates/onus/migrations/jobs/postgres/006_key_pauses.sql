@@ -9,5 +9,5 @@ CREATE TABLE onus_key_pauses (
 );
 -- A pause finds the key's waiting jobs, a resume and the listing its held ones, through this
 -- index only: jobs without a lease key are never in it.
-CREATE INDEX onus_jobs_keyed_waiting ON onus_jobs (lease_key)
+CREATE INDEX IF NOT EXISTS onus_jobs_keyed_waiting ON onus_jobs (lease_key)
     WHERE lease_key IS NOT NULL AND state IN ('available', 'scheduled', 'retryable', 'snoozed');
