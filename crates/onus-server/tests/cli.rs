@@ -606,9 +606,13 @@ fn serve_delivers_webhooks_published_by_another_process() {
     serve_while(dir.path(), &[], "sqlite", |_| {
         rt.block_on(async {
             let store = onus::open(&url).await.unwrap();
+            // This process registers the endpoint: its guard must allow the loopback sink too.
             let hooks = onus_webhooks::Webhooks::open(
                 store.clone(),
-                onus_webhooks::WebhookConfig::default(),
+                onus_webhooks::WebhookConfig {
+                    allow_networks: vec!["127.0.0.1/32".into()],
+                    ..Default::default()
+                },
             )
             .await
             .unwrap();

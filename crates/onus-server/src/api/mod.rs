@@ -214,31 +214,20 @@ impl Modify for Security {
     }
 }
 
-/// Adds the answers every call can give to every operation: 401 without the token, 400 and
-/// 413 for a body, 422 for invalid input, 503 when the database cannot be reached.
 /// Every operation's id is its tag and its handler (`jobs_show`, `webhooks_show`): handlers of
 /// different resources share names (`list`, `show`, `pause`), and client generators refuse a
 /// document whose ids repeat, or make clashing methods of it.
-fn unique_operation_ids(doc: &mut utoipa::openapi::OpenApi) {
-    for item in doc.paths.paths.values_mut() {
-        let ops = [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.patch,
-            &mut item.delete,
-        ];
-        for op in ops.into_iter().flatten() {
-            let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
-            if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
-                if !id.starts_with(&format!("{tag}_")) {
-                    *id = format!("{tag}_{id}");
-                }
-            }
+fn unique_operation_id(op: &mut utoipa::openapi::path::Operation) {
+    let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
+    if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
+        if !id.starts_with(&format!("{tag}_")) {
+            *id = format!("{tag}_{id}");
         }
     }
 }
 
+/// Gives every operation its unique id and the answers every call can give: 401 without the
+/// token, 400 and 413 for a body, 422 for invalid input, 503 when the database cannot be reached.
 fn common_errors(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
     let answer = |what: &str| {
@@ -261,6 +250,7 @@ fn common_errors(doc: &mut utoipa::openapi::OpenApi) {
             &mut item.delete,
         ];
         for op in ops.into_iter().flatten() {
+            unique_operation_id(op);
             let has_body = op.request_body.is_some();
             let r = &mut op.responses.responses;
             let mut add = |code: &str, what: &str| {
@@ -334,7 +324,6 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .split_for_parts();
     let mut doc = doc;
     common_errors(&mut doc);
-    unique_operation_ids(&mut doc);
     (router, doc)
 }
 

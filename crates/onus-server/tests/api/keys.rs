@@ -87,7 +87,7 @@ pub async fn a_key_is_paused_listed_and_resumed_through_the_api(w: World) {
         ),
         (
             json!({"until": "2001-01-01T00:00:00Z"}),
-            "must end after now",
+            "until: a pause lasts at least 1 s",
         ),
         (json!({"until": "tomorrow"}), "RFC 3339"),
         (json!({"seconds": -1}), "seconds"),

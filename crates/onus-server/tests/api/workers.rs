@@ -253,7 +253,7 @@ fn readme_worker() -> String {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     let start = readme
-        .find("```python\n")
+        .find("```python\n#!/usr/bin/env python3\n\"\"\"An Onus pull worker")
         .expect("the README has a Python worker")
         + "```python\n".len();
     let len = readme[start..].find("```").unwrap();

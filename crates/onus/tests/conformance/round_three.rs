@@ -153,14 +153,17 @@ pub async fn regression_a_capped_kind_keeps_its_priority(env: Env) {
     assert!(got.is_empty(), "{got:?}");
 }
 
+/// The kind periodic schedules enqueue here: it completes at once.
+fn tick() -> Kind {
+    Kind::new("tick")
+        .policy(Policy::preset_periodic())
+        .handler(|_c: JobContext| async { Ok(()) })
+}
+
 /// A runtime with a five-minute cron schedule in Europe/Berlin and `catch_up`.
 fn berlin(env: &Env, catch_up: CatchUp) -> onus::Onus {
     env.builder()
-        .kind(
-            Kind::new("tick")
-                .policy(Policy::preset_periodic())
-                .handler(|_c: JobContext| async { Ok(()) }),
-        )
+        .kind(tick())
         .periodic(
             Periodic::new(
                 "five",
@@ -228,11 +231,7 @@ pub async fn regression_cron_in_a_time_zone_survives_the_repeated_hour(env: Env)
     let fresh = onus::Onus::builder(env.store.clone())
         .clock(env.clock.clone())
         .options(crate::harness::fast_options())
-        .kind(
-            Kind::new("tick")
-                .policy(Policy::preset_periodic())
-                .handler(|_c: JobContext| async { Ok(()) }),
-        )
+        .kind(tick())
         .periodic(Periodic::new(
             "five-fresh",
             Schedule::cron("*/5 * * * *")
@@ -263,11 +262,7 @@ pub async fn regression_cron_in_a_time_zone_survives_the_repeated_hour(env: Env)
 /// An hourly schedule with `catch_up = all`.
 fn hourly_all(env: &Env) -> onus::Onus {
     env.builder()
-        .kind(
-            Kind::new("tick")
-                .policy(Policy::preset_periodic())
-                .handler(|_c: JobContext| async { Ok(()) }),
-        )
+        .kind(tick())
         .periodic(
             Periodic::new(
                 "hourly",
