@@ -128,6 +128,20 @@ impl Auth {
         Ok(fingerprint(&current))
     }
 
+    /// Whether `presented` is the current token, not one kept for a rotation's grace (read
+    /// again now): a panel login takes only this, so no session rests on a retired token.
+    pub async fn is_current(&self, presented: &str) -> Result<bool, onus::StoreError> {
+        if let Some(t) = &self.configured {
+            return Ok(matches(t, presented));
+        }
+        self.refresh().await?;
+        let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(c.tokens
+            .iter()
+            .filter(|v| v.expires_at.is_none())
+            .fold(false, |any, v| any | matches(&v.value, presented)))
+    }
+
     /// True when `presented` is an accepted token.
     pub async fn check(&self, presented: &str) -> Result<bool, ApiError> {
         if let Some(t) = &self.configured {

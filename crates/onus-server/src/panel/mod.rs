@@ -94,7 +94,9 @@ impl Panel {
             Some(p) => {
                 Ok(p.len() == given.len() && bool::from(p.as_bytes().ct_eq(given.as_bytes())))
             }
-            None => self.app.auth.check(given).await,
+            // The current token only: one in a rotation's grace serves API clients switching
+            // over, not a new panel session that the rotation would not end.
+            None => Ok(self.app.auth.is_current(given).await?),
         }
     }
 }
@@ -104,7 +106,6 @@ impl Panel {
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// Adds the panel's security headers to every answer.
 /// A URL with a NUL in it (`?kind=%00`) gets a 422 page saying so, as the API answers it,
 /// before any page reads it.
 async fn refuse_nul(
@@ -118,6 +119,7 @@ async fn refuse_nul(
     }
 }
 
+/// Adds the panel's security headers to every answer.
 async fn headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let mut r = next.run(req).await;
     let h = r.headers_mut();

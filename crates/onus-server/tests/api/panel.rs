@@ -615,6 +615,11 @@ pub async fn regression_sessions_end_with_the_credential(w: World) {
         .unwrap();
     let (s, _, h) = b.get("/").await;
     assert_eq!((s, h["location"].to_str().unwrap()), (303, "/login"));
+    // The retired token still serves API clients for its grace, but opens no panel session
+    // (one the rotation could not end).
+    assert_eq!(w.get("/api/v1/kinds").await.0, 200);
+    let (s, page, _) = b.post("/login", &[("token", &w.token)], &[]).await;
+    assert!(s == 401 && page.contains("not accepted"), "{s}");
     // A new login works; a revoke ends it too.
     let current = w
         .parts

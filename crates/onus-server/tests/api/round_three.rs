@@ -227,6 +227,14 @@ pub async fn regression_a_lease_token_is_not_readable_from_the_job(w: World) {
     );
     let (_, j) = w.get(&format!("/api/v1/jobs/{id}")).await;
     assert_eq!(j["state"], json!("running"));
+    // A token of the form handed out before this version is a stale lease (409), not bad input.
+    let (s, e) = w
+        .post(
+            &format!("/api/v1/jobs/{id}/heartbeat"),
+            json!({"lease_token": format!("{}.1", "a".repeat(24))}),
+        )
+        .await;
+    assert_eq!(s, 409, "{e}");
     // The real one answers.
     let (s, j) = w
         .post(

@@ -344,7 +344,7 @@ impl Client {
     pub async fn cancel_where(&self, filter: &JobFilter) -> Result<CancelOutcome, Error> {
         if crate::store::single_id(filter).is_some() {
             let out = self.shared.store.cancel(filter, self.now()).await?;
-            self.signal_cancels(&out);
+            self.signal_cancels(&out).await;
             return Ok(out);
         }
         let mut out = CancelOutcome::default();
@@ -356,7 +356,7 @@ impl Client {
                 .store
                 .cancel(&pages.chunk(ids), self.now())
                 .await?;
-            self.signal_cancels(&r);
+            self.signal_cancels(&r).await;
             out.cancelled.extend(r.cancelled);
             out.requested.extend(r.requested);
         }
@@ -497,9 +497,33 @@ impl Client {
         Ok(self.insert(job).await?.job)
     }
 
-    fn signal_cancels(&self, out: &CancelOutcome) {
+    /// Tells the running jobs asked to cancel: a handler here through its context; an outside
+    /// worker by its next heartbeat, its lease cut to end `cancel_grace` from now (renewals never
+    /// extend it again), after which a rescuer ends the job `cancelled`, heartbeat or not.
+    async fn signal_cancels(&self, out: &CancelOutcome) {
         for id in &out.requested {
             self.shared.hub.cancel_running(*id);
+        }
+        let until = clock::add(self.now(), self.shared.options.cancel_grace);
+        for id in &out.requested {
+            let Ok(Some(job)) = self.shared.store.get(*id).await else {
+                continue;
+            };
+            let pulled = job
+                .lease_owner
+                .as_deref()
+                .filter(|o| o.starts_with(super::pull::OWNER_PREFIX));
+            if let (Some(owner), Some(lapses)) = (pulled, job.lease_expires_at) {
+                if lapses > until {
+                    let held = [crate::store::HeldJob {
+                        id: job.id,
+                        attempt: job.attempt,
+                    }];
+                    if let Err(e) = self.shared.store.heartbeat(owner, &held, until).await {
+                        tracing::warn!(job = job.id, error = %e, "cannot cut the lease of a pulled job asked to cancel; it ends when its lease does");
+                    }
+                }
+            }
         }
     }
 

@@ -22,7 +22,7 @@ pub const MAX_CLAIM_WAIT: Duration = Duration::from_secs(30);
 pub const MAX_CLAIM: usize = 1000;
 
 /// The prefix of the lease owner of jobs claimed by an outside worker.
-const OWNER_PREFIX: &str = "pull:";
+pub(crate) const OWNER_PREFIX: &str = "pull:";
 
 /// A job claimed by an outside worker, with the token its answer must carry.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +53,8 @@ struct Lease {
 
 /// The length of a lease token's secret part.
 const SECRET_LEN: usize = 32;
+/// The length of the owner part of a token of the previous form (`<owner>.<attempt>`).
+const LEGACY_LEN: usize = 24;
 
 /// A new lease: the token the worker is given (`<secret>.<attempt>` once the attempt is known)
 /// and the owner written on the job, `pull:` and the first 32 hex digits of the secret's
@@ -99,7 +101,16 @@ fn parse_token(token: &str) -> Result<Lease, Error> {
         )
     };
     let (secret, attempt) = token.rsplit_once('.').ok_or_else(bad)?;
-    if secret.len() != SECRET_LEN || !secret.chars().all(|c| c.is_ascii_alphanumeric()) {
+    if !secret.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(bad());
+    }
+    if secret.len() == LEGACY_LEN && attempt.parse::<u32>().is_ok() {
+        // Handed out before this version: its lease is not one this version can prove.
+        return Err(Error::Store(StoreError::Conflict(
+            "the lease_token was handed out before the server was upgraded and is no longer current; drop the job (it is rescued when its lease lapses)".into(),
+        )));
+    }
+    if secret.len() != SECRET_LEN {
         return Err(bad());
     }
     let attempt = attempt.parse().map_err(|_| bad())?;
