@@ -83,6 +83,9 @@ struct Window {
     /// When the next deferred retry is due: deferrals take turns a share of the window apart,
     /// so they come back at the rate the budget allows instead of all at once.
     next_turn: Option<Timestamp>,
+    /// When the next deferred retry that came back and still found no room is due: those take
+    /// turns too, ahead of the queue, so they do not all meet at the next free moment.
+    front: Option<Timestamp>,
 }
 
 impl Window {
@@ -142,8 +145,11 @@ impl Budgets {
             let spread = gap.mul_f64(rand::thread_rng().gen_range(0.0..0.1));
             if returning {
                 // A deferred retry back at its turn that still finds no room keeps its place
-                // ahead of the queue: it takes the first room, and no later deferral passes it.
-                return Err(clock::trunc(clock::add(frees, spread)));
+                // ahead of the queue: it takes the next front turn, from the first room on, and
+                // no later deferral passes it.
+                let turn = w.front.filter(|t| *t > frees).unwrap_or(frees);
+                w.front = Some(clock::add(turn, gap));
+                return Err(clock::trunc(clock::add(turn, spread)));
             }
             // After the deferrals before it, one turn (the window over the retries it allows)
             // apart.
@@ -228,6 +234,24 @@ mod tests {
         assert!(budgets.admit("k", &b, true, true, at(10)).is_ok());
         let again = budgets.admit("k", &b, true, true, first).unwrap_err();
         assert!(again < third, "{again} is behind {third}");
+    }
+
+    #[test]
+    fn returning_retries_without_room_take_turns_instead_of_meeting() {
+        let b = RetryBudget::new(0.0, Duration::from_secs(10), 1).unwrap();
+        let budgets = Budgets::default();
+        assert!(budgets.admit("k", &b, true, false, at(0)).is_ok());
+        // Five come back at once and find no room: each gets a turn of its own, a window apart.
+        let mut times: Vec<Timestamp> = (0..5)
+            .map(|_| budgets.admit("k", &b, true, true, at(5)).unwrap_err())
+            .collect();
+        times.sort();
+        for pair in times.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= chrono::TimeDelta::seconds(9),
+                "{times:?}"
+            );
+        }
     }
 
     #[test]
