@@ -109,37 +109,36 @@ impl Auth {
         Ok(())
     }
 
-    /// A fingerprint of the current token (the configured one, or the newest kept in the
-    /// database, read again each time so a rotation in any process counts at once): what panel
-    /// sessions are bound to, so a rotation ends them. Never the token itself.
-    pub async fn fingerprint(&self) -> Result<String, onus::StoreError> {
-        let current = match &self.configured {
-            Some(t) => t.clone(),
-            None => {
-                self.refresh().await?;
-                let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                c.tokens
-                    .iter()
-                    .find(|v| v.expires_at.is_none())
-                    .map(|v| format!("{}:{}", v.version, v.value))
-                    .unwrap_or_default()
-            }
-        };
-        Ok(fingerprint(&current))
-    }
-
-    /// Whether `presented` is the current token, not one kept for a rotation's grace (read
-    /// again now): a panel login takes only this, so no session rests on a retired token.
-    pub async fn is_current(&self, presented: &str) -> Result<bool, onus::StoreError> {
+    /// The current token (the configured one, or the newest kept in the database, read again
+    /// now so a rotation in any process counts at once) with its version, if there is one.
+    async fn current(&self) -> Result<Option<(i64, String)>, onus::StoreError> {
         if let Some(t) = &self.configured {
-            return Ok(matches(t, presented));
+            return Ok(Some((0, t.clone())));
         }
         self.refresh().await?;
         let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         Ok(c.tokens
             .iter()
-            .filter(|v| v.expires_at.is_none())
-            .fold(false, |any, v| any | matches(&v.value, presented)))
+            .find(|v| v.expires_at.is_none())
+            .map(|v| (v.version, v.value.clone())))
+    }
+
+    /// A fingerprint of the current token: what panel sessions are bound to, so a rotation ends
+    /// them. Never the token itself.
+    pub async fn fingerprint(&self) -> Result<String, onus::StoreError> {
+        let current = self.current().await?;
+        Ok(fingerprint(
+            &current.map(|(v, t)| format!("{v}:{t}")).unwrap_or_default(),
+        ))
+    }
+
+    /// Whether `presented` is the current token, not one kept for a rotation's grace: a panel
+    /// login takes only this, so no session rests on a retired token.
+    pub async fn is_current(&self, presented: &str) -> Result<bool, onus::StoreError> {
+        Ok(self
+            .current()
+            .await?
+            .is_some_and(|(_, t)| matches(&t, presented)))
     }
 
     /// True when `presented` is an accepted token.
