@@ -26,7 +26,8 @@ use std::time::{Duration, SystemTime};
 
 use lettre::message::dkim::{DkimConfig, DkimSigningAlgorithm, DkimSigningKey};
 use lettre::message::Mailbox;
-use onus::db::{AnyTx, Db, Line, LocalFuture, Sql, Tx, Value};
+use onus::sql::{AnyTx, Line, LocalFuture, Sql, Tx, Value};
+use onus::store::{Db, JobTx};
 use onus::{
     Builder, Component, JobContext, JobError, JobResult, Kind, NewJob, Policy, RateWindow,
     StoreError, WhenSpent,
@@ -189,10 +190,10 @@ pub struct Sent {
     pub refused: Vec<Refused>,
 }
 
-impl onus::db::FromRow for Sent {
-    fn from_row(r: &onus::db::Row) -> onus::StoreResult<Self> {
-        let accepted: onus::db::Json<Vec<String>> = r.get("accepted")?;
-        let refused: onus::db::Json<Vec<Refused>> = r.get("refused")?;
+impl onus::sql::FromRow for Sent {
+    fn from_row(r: &onus::sql::Row) -> onus::StoreResult<Self> {
+        let accepted: onus::sql::Json<Vec<String>> = r.get("accepted")?;
+        let refused: onus::sql::Json<Vec<Refused>> = r.get("refused")?;
         Ok(Sent {
             job_id: r.get("job_id")?,
             message_id: r.get("message_id")?,
@@ -436,8 +437,8 @@ pub async fn sent_record(db: &Db, job_id: i64) -> Result<Option<Sent>, Error> {
 /// A row holding one job id.
 struct JobIdRow;
 
-impl onus::db::FromRow for JobIdRow {
-    fn from_row(r: &onus::db::Row) -> onus::StoreResult<Self> {
+impl onus::sql::FromRow for JobIdRow {
+    fn from_row(r: &onus::sql::Row) -> onus::StoreResult<Self> {
         r.get::<i64>("job_id").map(|_| JobIdRow)
     }
 }

@@ -199,21 +199,21 @@ async fn implicit_tls_sends_encrypted_from_the_first_byte(backend: Backend) {
 /// setting the application's own `notified_at`. Its failure rolls the mark back, and the mail is
 /// sent again (same Message-ID) and then marked.
 async fn the_on_sent_step_commits_with_the_mark_or_not_at_all(backend: Backend) {
-    static NOTIFIED: onus::db::Sql = onus::db::Sql::new(
+    static NOTIFIED: onus::sql::Sql = onus::sql::Sql::new(
         "notifications",
         "UPDATE notifications SET notified_at = $1 WHERE event_id = $2",
     );
-    static READ: onus::db::Sql =
-        onus::db::Sql::new("notifications", "SELECT notified_at FROM notifications");
+    static READ: onus::sql::Sql =
+        onus::sql::Sql::new("notifications", "SELECT notified_at FROM notifications");
     let sink = SmtpSink::start().await;
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = fail.clone();
     let mail = Mail::new(config(&sink, &sink.url())).on_sent(
-        move |tx: &onus::db::AnyTx<'_>, args: &SendArgs, sent: &onus_mail::Sent| {
+        move |tx: &onus::sql::AnyTx<'_>, args: &SendArgs, sent: &onus_mail::Sent| {
             let fail = f.swap(false, std::sync::atomic::Ordering::SeqCst);
             let params = vec![sent.sent_at.into(), args.event_id.clone().into()];
             Box::pin(async move {
-                use onus::db::Tx;
+                use onus::sql::Tx;
                 if fail {
                     return Err(onus::StoreError::Conflict("the step failed".into()));
                 }
@@ -245,10 +245,10 @@ async fn the_on_sent_step_commits_with_the_mark_or_not_at_all(backend: Backend) 
     let got = sink.received();
     assert_eq!(got.len(), 2, "sent again, never marked without it");
     assert_eq!(got[0].header("Message-ID"), got[1].header("Message-ID"));
-    let rows: Vec<onus::db::Row> = onus::db::Db::new(w.store.clone())
+    let rows: Vec<onus::sql::Row> = onus::store::Db::new(w.store.clone())
         .read(|tx| {
             Box::pin(async move {
-                use onus::db::Tx;
+                use onus::sql::Tx;
                 tx.query(&READ, &[]).await
             })
         })

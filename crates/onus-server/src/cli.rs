@@ -447,7 +447,7 @@ async fn migrate(file: &FileConfig, url: &str, status: bool, json: bool) -> Resu
     Ok(())
 }
 
-fn migration_table(st: &[onus::db::LineStatus]) -> String {
+fn migration_table(st: &[onus::sql::LineStatus]) -> String {
     let mut s = format!(
         "{:<10} {:>7} {:>6}  {:<25} {}\n",
         "LINE", "VERSION", "LATEST", "APPLIED AT", "PENDING"

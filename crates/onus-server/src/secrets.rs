@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use onus::db::{Db, FromRow, Line, Row, Sql, Tx};
+use onus::sql::{FromRow, Line, Row, Sql, Tx};
+use onus::store::Db;
 use onus::{Store, StoreResult, Timestamp};
 use rand::RngCore as _;
 

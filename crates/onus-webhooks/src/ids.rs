@@ -1,6 +1,6 @@
 //! Typed ids: an endpoint id is never passed where an event id belongs.
 
-use onus::db::{FromValue, Value};
+use onus::sql::{FromValue, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -72,7 +72,7 @@ macro_rules! id {
         }
 
         impl FromValue for $name {
-            fn from_value(v: &Value, backend: onus::db::Backend) -> Result<Self, String> {
+            fn from_value(v: &Value, backend: onus::sql::Backend) -> Result<Self, String> {
                 String::from_value(v, backend).map($name)
             }
         }

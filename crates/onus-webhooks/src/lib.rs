@@ -25,7 +25,8 @@ mod sql;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use onus::db::{Db, Tx, Value};
+use onus::sql::{Tx, Value};
+use onus::store::Db;
 use onus::{
     Builder, Component, JobContext, JobError, JobFilter, JobState, Kind, NewJob, Policy, Store,
     Timestamp,
@@ -125,7 +126,7 @@ impl std::fmt::Debug for Webhooks {
 }
 
 impl Component for Webhooks {
-    fn migrations(&self) -> Option<&'static onus::db::Line> {
+    fn migrations(&self) -> Option<&'static onus::sql::Line> {
         Some(&MIGRATIONS)
     }
 
@@ -669,9 +670,9 @@ impl Webhooks {
     }
 
     /// Publishes an event inside `tx`, the caller's own open transaction (an
-    /// [`onus::db::SqliteTx`] or [`onus::db::PgTx`]; the same call on both backends): the event
+    /// [`onus::sql::SqliteTx`] or [`onus::sql::PgTx`]; the same call on both backends): the event
     /// and its fan-out commit with the caller's writes or not at all. Returns the event's id. On
-    /// SQLite the call completes at once (synchronous code wraps it in [`onus::db::ready`]); call
+    /// SQLite the call completes at once (synchronous code wraps it in [`onus::sql::ready`]); call
     /// `client.notify_inserted("default")` after the commit to wake local workers at once. On
     /// PostgreSQL workers are notified by the commit.
     pub async fn publish_in<T: Tx + ?Sized>(

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use onus::db::{FromRow, FromValue, Json, Row, Value};
+use onus::sql::{FromRow, FromValue, Json, Row, Value};
 use onus::{StoreResult, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -305,7 +305,7 @@ impl From<Outcome> for Value {
 }
 
 impl FromValue for Outcome {
-    fn from_value(v: &Value, backend: onus::db::Backend) -> Result<Self, String> {
+    fn from_value(v: &Value, backend: onus::sql::Backend) -> Result<Self, String> {
         let s = String::from_value(v, backend)?;
         [
             Outcome::Success,

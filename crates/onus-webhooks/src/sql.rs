@@ -2,8 +2,8 @@
 //! a function generic over [`Tx`] so it runs in the component's own transactions and in the
 //! caller's alike. Times, flags and JSON are bound as [`Value`]s in each backend's convention.
 
-use onus::db::{Line, Row, Sql, Tx, Value};
-use onus::store::InsertRow;
+use onus::sql::{Line, Row, Sql, Tx, Value};
+use onus::store::{InsertRow, JobTx};
 use onus::{StoreResult, Timestamp};
 
 use crate::ids::{EndpointId, EventId};
@@ -151,7 +151,7 @@ pub(crate) struct DeliveryRow {
     pub created_at: Timestamp,
 }
 
-impl onus::db::FromRow for DeliveryRow {
+impl onus::sql::FromRow for DeliveryRow {
     fn from_row(r: &Row) -> StoreResult<Self> {
         Ok(DeliveryRow {
             endpoint_id: r.get("endpoint_id")?,

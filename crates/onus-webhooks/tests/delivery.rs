@@ -852,7 +852,7 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         let a = w
             .hooks
             .publish_in(
-                &onus::db::SqliteTx::new(&tx),
+                &onus::sql::SqliteTx::new(&tx),
                 "order.created",
                 json!({"id": 1}),
                 None,
@@ -866,7 +866,7 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         let b = w
             .hooks
             .publish_in(
-                &onus::db::SqliteTx::new(&tx),
+                &onus::sql::SqliteTx::new(&tx),
                 "order.created",
                 json!({"id": 2}),
                 None,
@@ -891,7 +891,7 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         let a = w
             .hooks
             .publish_in(
-                &onus::db::PgTx::new(&tx),
+                &onus::sql::PgTx::new(&tx),
                 "order.created",
                 json!({"id": 1}),
                 None,
@@ -906,7 +906,7 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         let b = w
             .hooks
             .publish_in(
-                &onus::db::PgTx::new(&tx),
+                &onus::sql::PgTx::new(&tx),
                 "order.created",
                 json!({"id": 2}),
                 None,

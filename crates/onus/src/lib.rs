@@ -10,18 +10,19 @@
 //! - [`policy`]: policies, backoff, presets, jitter, timelines.
 //! - [`clock`]: the one source of time (a manual clock in tests).
 //! - [`limits`]: lease keys and rate windows.
-//! - [`store`]: the storage interface, the SQLite store and the PostgreSQL store.
-//! - [`db`]: the database layer components build on: statements, typed rows, transactions, migrations.
+//! - [`sql`]: the SQL engine layer: statements, typed rows, transactions, migrations, errors.
+//! - [`store`]: the job store on it (the SQLite store and the PostgreSQL store), and [`store::Db`],
+//!   the handle components reach the database through.
 //! - [`runtime`]: client, workers, rescuer, periodic jobs, leader election, retention.
 
 pub mod budget;
 pub mod clock;
-pub mod db;
 pub mod job;
 pub mod limits;
 pub mod outcome;
 pub mod policy;
 pub mod runtime;
+pub mod sql;
 pub mod store;
 
 pub use budget::RetryBudget;

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use onus::db::{Db, FromRow, Json, Line, Migration, Row, Sql, Tx, Value};
+use onus::sql::{FromRow, Json, Line, Migration, Row, Sql, Tx, Value};
+use onus::store::{Db, JobTx};
 use onus::{NewJob, Onus, StoreError, StoreResult, Timestamp};
 use onus_testkit::{Backend, TestDb};
 
@@ -102,9 +103,9 @@ async fn a_components_line_migrates_once_and_reports_its_version(backend: Backen
     let (_db, store, _) = world(backend).await;
     assert!(store.migrate(&[&THINGS]).await.unwrap().is_empty());
     let st = store.migrations(&[&THINGS]).await.unwrap();
-    let jobs = onus::db::JOBS.latest(match backend {
-        Backend::Sqlite => onus::db::Backend::Sqlite,
-        Backend::Postgres => onus::db::Backend::Postgres,
+    let jobs = onus::store::JOBS.latest(match backend {
+        Backend::Sqlite => onus::sql::Backend::Sqlite,
+        Backend::Postgres => onus::sql::Backend::Postgres,
     });
     assert_eq!(
         st.iter()
@@ -220,8 +221,8 @@ async fn json_numbers_at_the_edges_of_f64_read_back() {
     ] {
         let db = onus_testkit::TestDb::new(backend).await;
         let store = onus::open(&db.url).await.unwrap();
-        static Q: onus::db::Sql =
-            onus::db::Sql::per_backend("t", "SELECT $1 AS j", "SELECT $1::jsonb AS j");
+        static Q: onus::sql::Sql =
+            onus::sql::Sql::per_backend("t", "SELECT $1 AS j", "SELECT $1::jsonb AS j");
         let v = serde_json::json!([
             f64::MAX,
             f64::MIN,
@@ -229,11 +230,11 @@ async fn json_numbers_at_the_edges_of_f64_read_back() {
             -3.9782416356110956e-199,
             -476716905612081758208.0
         ]);
-        let p = vec![onus::db::Value::Json(v.clone())];
-        let rows: Vec<onus::db::Row> = onus::db::Db::new(store.clone())
+        let p = vec![onus::sql::Value::Json(v.clone())];
+        let rows: Vec<onus::sql::Row> = onus::store::Db::new(store.clone())
             .read(move |tx| {
                 Box::pin(async move {
-                    use onus::db::Tx;
+                    use onus::sql::Tx;
                     tx.query(&Q, &p).await
                 })
             })

@@ -505,17 +505,17 @@ async fn retry_cancel_and_retention(backend: Backend) {
 /// `lease_wait` of a job, read with the shared SQL layer.
 async fn lease_wait(w: &World, job: &Job) -> bool {
     struct Flag(bool);
-    impl onus::db::FromRow for Flag {
-        fn from_row(row: &onus::db::Row) -> onus::StoreResult<Self> {
+    impl onus::sql::FromRow for Flag {
+        fn from_row(row: &onus::sql::Row) -> onus::StoreResult<Self> {
             Ok(Flag(row.get("lease_wait")?))
         }
     }
-    static SQL: onus::db::Sql = onus::db::Sql::new(
+    static SQL: onus::sql::Sql = onus::sql::Sql::new(
         "onus_jobs",
         "SELECT lease_wait FROM onus_jobs WHERE id = $1",
     );
-    let rows: Vec<Flag> = onus::db::Db::new(w.store.clone())
-        .read_rows(&SQL, vec![onus::db::Value::Int(job.id)])
+    let rows: Vec<Flag> = onus::store::Db::new(w.store.clone())
+        .read_rows(&SQL, vec![onus::sql::Value::Int(job.id)])
         .await
         .unwrap();
     rows[0].0
@@ -574,9 +574,9 @@ async fn migrations_are_recorded_per_line(backend: Backend) {
     let w = world(backend).await;
     let st = w.store.migrations(&[]).await.unwrap();
     assert_eq!(st.len(), 1);
-    let latest = onus::db::JOBS.latest(match backend {
-        Backend::Sqlite => onus::db::Backend::Sqlite,
-        Backend::Postgres => onus::db::Backend::Postgres,
+    let latest = onus::store::JOBS.latest(match backend {
+        Backend::Sqlite => onus::sql::Backend::Sqlite,
+        Backend::Postgres => onus::sql::Backend::Postgres,
     });
     assert_eq!(
         (st[0].line.as_str(), st[0].version, st[0].latest),

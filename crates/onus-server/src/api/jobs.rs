@@ -409,7 +409,7 @@ pub async fn mail_sent(
             "mail is not configured here; add a [mail] section to onus.toml",
         ));
     }
-    let db = onus::db::Db::new(app.client.store().clone());
+    let db = onus::store::Db::new(app.client.store().clone());
     match onus_mail::sent_record(&db, id).await {
         Ok(Some(sent)) => Ok(Json(sent)),
         Ok(None) => Err(ApiError::not_found(format!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::clock::{self, Timestamp};
 use crate::job::{Job, JobId, JobState, NewJob, RunAt};
 use crate::store::{
-    pick_retries, CancelOutcome, InsertClaim, InsertRow, Inserted, JobFilter, RetriedKeys,
+    pick_retries, CancelOutcome, InsertClaim, InsertRow, Inserted, JobFilter, JobTx, RetriedKeys,
     RetryOutcome, Store, StoreError, CANCELLABLE_STATES, DELETABLE_STATES, RETRYABLE_STATES,
 };
 
@@ -145,14 +145,14 @@ impl Client {
     }
 
     /// Resolves a new job's defaults (queue and attempts from its kind's policy, the run time from
-    /// this client's clock) into the row a store writes, for [`crate::db::Tx::insert_job`].
+    /// this client's clock) into the row a store writes, for [`crate::sql::Tx::insert_job`].
     pub fn prepare(&self, job: NewJob) -> Result<InsertRow, Error> {
         prepare_with(&self.shared, job)
     }
 
-    /// Inserts one job inside the caller's own open transaction (an [`crate::db::SqliteTx`] or
-    /// [`crate::db::PgTx`]): it commits with the caller's writes or not at all (the outbox). On
-    /// SQLite, from synchronous code, wrap the call in [`crate::db::ready`], and call
+    /// Inserts one job inside the caller's own open transaction (an [`crate::sql::SqliteTx`] or
+    /// [`crate::sql::PgTx`]): it commits with the caller's writes or not at all (the outbox). On
+    /// SQLite, from synchronous code, wrap the call in [`crate::sql::ready`], and call
     /// [`Client::notify_inserted`] after the commit; on PostgreSQL workers are notified by the
     /// commit.
     ///
@@ -161,11 +161,11 @@ impl Client {
     /// let tx = db.transaction().await?;
     /// tx.execute("INSERT INTO orders (id, total) VALUES ($1, $2)", &[&42i64, &1999i64]).await?;
     /// let job = onus::NewJob::new("receipt.send", serde_json::json!({"order": 42}));
-    /// client.insert_in(&onus::db::PgTx::new(&tx), job).await?;
+    /// client.insert_in(&onus::sql::PgTx::new(&tx), job).await?;
     /// tx.commit().await?; // the order and its job, or neither
     /// # Ok(()) }
     /// ```
-    pub async fn insert_in<T: crate::db::Tx + ?Sized>(
+    pub async fn insert_in<T: crate::sql::Tx + ?Sized>(
         &self,
         tx: &T,
         job: NewJob,

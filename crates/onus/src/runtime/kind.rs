@@ -9,13 +9,13 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Timestamp};
-use crate::db::{AnyTx, LocalFuture, Tx};
 use crate::job::{decode_args, Job, JobArgs, Progress, ReportError};
 use crate::limits::RateWindow;
 use crate::outcome::Transition;
 use crate::outcome::{JobError, JobResult};
 use crate::policy::Policy;
-use crate::store::{Store, StoreError};
+use crate::sql::{AnyTx, LocalFuture};
+use crate::store::{JobTx, Store, StoreError};
 
 /// A boxed handler future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = JobResult> + Send + 'static>>;
@@ -302,7 +302,7 @@ impl JobContext {
     /// one that snoozes (the job would be dropped anyway); otherwise the job snoozes until every
     /// spent window has passed.
     pub async fn take_all(&self, limits: &[(&RateWindow, &str)]) -> Result<(), JobError> {
-        crate::limits::take_rates(&*self.store, self.clock.now(), limits).await
+        super::admission::take_rates(&*self.store, self.clock.now(), limits).await
     }
 
     /// Completes this job in one transaction with `op`'s writes: both commit, or neither (the
@@ -327,7 +327,7 @@ impl JobContext {
             )
         };
         let id = self.job.id;
-        let out = crate::db::Db::new(self.store.clone())
+        let out = crate::store::Db::new(self.store.clone())
             .tx(move |tx| {
                 Box::pin(async move {
                     if !tx.finish_job(&finish).await? {

@@ -4,6 +4,7 @@
 //! The runtime is the only code that turns a handler's answer into the next state, through
 //! [`crate::outcome::decide`] and the kind's [`Policy`](crate::Policy).
 
+mod admission;
 mod alerts;
 mod client;
 mod hub;
@@ -181,7 +182,7 @@ impl Trouble {
 }
 
 pub(crate) struct Shared {
-    pub(crate) lines: Vec<&'static crate::db::Line>,
+    pub(crate) lines: Vec<&'static crate::sql::Line>,
     pub(crate) trouble: Trouble,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -240,7 +241,7 @@ impl Shared {
                         return Some(crate::outcome::Transition::Return);
                     }
                 }
-                crate::limits::take_rates(&*self.store, now, &[(limit, &key)]).await
+                admission::take_rates(&*self.store, now, &[(limit, &key)]).await
             }
             Err(e) => Err(crate::JobError::discard(e)),
         };
@@ -319,7 +320,7 @@ impl Shared {
 /// [`Builder::component`].
 pub trait Component: Clone + Send + Sync + 'static {
     /// Its tables' migration line, if it keeps tables.
-    fn migrations(&self) -> Option<&'static crate::db::Line>;
+    fn migrations(&self) -> Option<&'static crate::sql::Line>;
 
     /// Adds its kinds and periodic jobs to a runtime being built.
     fn install(&self, b: Builder) -> Builder;
@@ -341,7 +342,7 @@ impl std::fmt::Debug for Binder {
 #[derive(Debug)]
 pub struct Builder {
     store: Arc<dyn Store>,
-    lines: Vec<&'static crate::db::Line>,
+    lines: Vec<&'static crate::sql::Line>,
     binders: Vec<Binder>,
     clock: Arc<dyn Clock>,
     kinds: BTreeMap<String, Kind>,
@@ -571,13 +572,13 @@ impl Onus {
     }
 
     /// The migration lines of the job layer and of every registered component.
-    pub fn migrations(&self) -> Vec<&'static crate::db::Line> {
-        crate::db::migrate::with_jobs(&self.shared.lines)
+    pub fn migrations(&self) -> Vec<&'static crate::sql::Line> {
+        crate::store::with_jobs(&self.shared.lines)
     }
 
     /// Applies the pending migrations of the job layer and of every registered component, under
     /// one lock; returns what it applied.
-    pub async fn migrate(&self) -> Result<Vec<crate::db::Applied>, crate::StoreError> {
+    pub async fn migrate(&self) -> Result<Vec<crate::sql::Applied>, crate::StoreError> {
         self.shared.store.migrate(&self.migrations()).await
     }
 

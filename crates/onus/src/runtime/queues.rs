@@ -5,8 +5,9 @@
 use serde::Serialize;
 
 use crate::clock::Timestamp;
-use crate::db::{Backend, Db, FromRow, Row, Sql, Tx};
 use crate::job::JobState;
+use crate::sql::{Backend, FromRow, Row, Sql, Tx};
+use crate::store::Db;
 use crate::StoreResult;
 
 use super::{Client, Error};

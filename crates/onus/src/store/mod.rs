@@ -14,97 +14,21 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::db::migrate::Applied;
-use crate::db::{Line, LineStatus};
 use crate::job::{Job, JobId, JobState};
 use crate::outcome::Transition;
+use crate::sql::migrate::Applied;
+use crate::sql::{Line, LineStatus};
 
+pub(crate) mod db;
+pub(crate) mod keys;
+pub(crate) mod maintenance;
+pub(crate) mod periodic;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
-/// A storage failure, with what to do about it.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The database could not be opened or set up.
-    #[error("{0}")]
-    Open(String),
-    /// The database URL is not one Onus understands.
-    #[error("{0}")]
-    BadUrl(String),
-    /// A query failed: the database refused it.
-    #[error("database error: {0}")]
-    Query(String),
-    /// The database cannot be reached or cannot take the write now (connection lost, timed out,
-    /// locked by another process, shutting down): the same call may work later.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    /// The store's background writer is gone (the process is shutting down).
-    #[error("the store is closed")]
-    Closed,
-    /// No job with that id.
-    #[error("no job with id {0}")]
-    NotFound(JobId),
-    /// The action does not apply to the job in its current state.
-    #[error("{0}")]
-    Conflict(String),
-    /// The write broke a rule of the schema (a unique key, a check, a foreign key).
-    #[error("the database refused the write: {0}")]
-    Constraint(String),
-    /// A stored value could not be read as its type: the schema and the code disagree, or the
-    /// row was changed by hand.
-    #[error("cannot read column {column} of {table}: {problem}")]
-    Decode {
-        /// The table.
-        table: &'static str,
-        /// The column.
-        column: String,
-        /// What was wrong with it.
-        problem: String,
-    },
-    /// A component's operation failed and its transaction was rolled back (its own error is
-    /// returned to its caller).
-    #[error("the operation failed and its transaction was rolled back")]
-    Aborted,
-}
+pub use db::{with_jobs, Db, JobTx, JOBS};
 
-impl StoreError {
-    /// True when the same call may work later without any change (see [`StoreError::Unavailable`]).
-    pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
-    }
-
-    /// Whose fault it is: a missing job, a conflicting state or a bad URL is the caller's; the
-    /// rest is the service's (a broken constraint too: the job layer checks what callers send, so
-    /// a write the schema refuses is a bug or a race on the service's side).
-    pub fn fault(&self) -> Fault {
-        match self {
-            StoreError::NotFound(_) | StoreError::Conflict(_) | StoreError::BadUrl(_) => {
-                Fault::Caller
-            }
-            StoreError::Constraint(_)
-            | StoreError::Open(_)
-            | StoreError::Query(_)
-            | StoreError::Unavailable(_)
-            | StoreError::Closed
-            | StoreError::Decode { .. }
-            | StoreError::Aborted => Fault::Service,
-        }
-    }
-}
-
-/// Whose fault an error is, so a front door maps every component's errors to a status in one
-/// place: the caller's (bad input, not found, conflict: 4xx) or the service's (5xx).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Fault {
-    /// The caller sent something wrong or asked for something absent.
-    Caller,
-    /// The service could not do what was asked.
-    Service,
-}
-
-/// Result alias for stores.
-pub type StoreResult<T> = Result<T, StoreError>;
+pub use crate::sql::error::{Fault, StoreError, StoreResult};
 
 /// A notice from another process sharing the database (PostgreSQL's LISTEN/NOTIFY).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -695,15 +619,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 
     /// The concrete store, for backend-specific tests and tools. Components reach the database
-    /// through [`crate::db::Db`] instead.
+    /// through [`crate::store::Db`] instead.
     fn as_any(&self) -> &dyn std::any::Any;
 
     /// Runs a component's operation in one transaction: on SQLite in the single writer (batched
     /// with job writes), on PostgreSQL on a pooled connection. Committed when it returns `Ok`.
-    async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()>;
+    async fn transaction(&self, op: crate::sql::TxFn) -> StoreResult<()>;
 
     /// Runs a component's read-only operation on a read connection.
-    async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()>;
+    async fn read_only(&self, op: crate::sql::TxFn) -> StoreResult<()>;
 
     /// Applies the pending migrations of `lines` (the job layer's line always first) under one
     /// lock, recording each in `onus_migrations`; returns what it applied.
@@ -796,7 +720,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ) -> StoreResult<LeaseDecision>;
 
     /// Until when lease `key` is held (the latest slot), if it is held at all.
-    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>>;
+    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
+        let key = key.to_string();
+        db::read(self, move |tx| {
+            Box::pin(async move { keys::busy_until(tx, &key).await })
+        })
+        .await
+    }
 
     /// Records the progress of attempt `attempt` of job `id`, run by `owner`; false when that
     /// attempt no longer holds the job (nothing is written).
@@ -819,16 +749,36 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         now: Timestamp,
         reason: &str,
         mode: PauseMode,
-    ) -> StoreResult<u64>;
+    ) -> StoreResult<u64> {
+        let (key, reason) = (key.to_string(), reason.to_string());
+        db::write(self, move |tx| {
+            Box::pin(async move { keys::pause(tx, &key, until, now, &reason, mode).await })
+        })
+        .await
+    }
 
     /// Ends `key`'s pause now: its held jobs are due at once. `None` when the key was not paused.
-    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>>;
+    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
+        let key = key.to_string();
+        db::write(self, move |tx| {
+            Box::pin(async move { keys::resume(tx, &key, now).await })
+        })
+        .await
+    }
 
     /// When `key`'s pause in force at `now` ends, if it is paused.
-    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>>;
+    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
+        let key = key.to_string();
+        db::read(self, move |tx| {
+            Box::pin(async move { keys::paused_until(tx, &key, now).await })
+        })
+        .await
+    }
 
     /// The keys paused at `now`, by key, with how many jobs each holds.
-    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>>;
+    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
+        db::read(self, move |tx| Box::pin(keys::paused_keys(tx, now))).await
+    }
 
     /// Takes one use of each rate window asked for (at most `max` per `window`, windows aligned
     /// to the epoch), all or none: when any window is spent nothing is taken. The answers follow
@@ -842,10 +792,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         holder: &str,
         now: Timestamp,
         until: Timestamp,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<bool> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        db::write(self, move |tx| {
+            Box::pin(async move { maintenance::try_lead(tx, &name, &holder, now, until).await })
+        })
+        .await
+    }
 
     /// Gives leadership up.
-    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()>;
+    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
+        let (name, holder) = (name.to_string(), holder.to_string());
+        db::write(self, move |tx| {
+            Box::pin(async move { maintenance::resign(tx, &name, &holder).await })
+        })
+        .await
+    }
 
     /// Records a periodic schedule: created if new; an unchanged schedule keeps its next run time,
     /// a changed one takes `next_run_at`.
@@ -855,7 +817,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         kind: &str,
         schedule: &str,
         next_run_at: Timestamp,
-    ) -> StoreResult<PeriodicRow>;
+    ) -> StoreResult<PeriodicRow> {
+        let (name, kind, schedule) = (name.to_string(), kind.to_string(), schedule.to_string());
+        db::write(self, move |tx| {
+            Box::pin(
+                async move { periodic::upsert(tx, &name, &kind, &schedule, next_run_at).await },
+            )
+        })
+        .await
+    }
 
     /// Enqueues `job` for period `period` of `name`, unless that period (or a later one) already
     /// was. Returns the job's id when enqueued.
@@ -865,14 +835,28 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         period: Timestamp,
         next_run_at: Timestamp,
         job: InsertRow,
-    ) -> StoreResult<Option<JobId>>;
+    ) -> StoreResult<Option<JobId>> {
+        let name = name.to_string();
+        db::write(self, move |tx| {
+            Box::pin(async move { periodic::enqueue(tx, &name, period, next_run_at, job).await })
+        })
+        .await
+    }
 
     /// Every periodic schedule.
-    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>>;
+    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
+        db::read(self, |tx| Box::pin(periodic::list(tx))).await
+    }
 
     /// Moves schedule `name`'s next run forward to `next_run_at` without enqueuing (missed
     /// periods its catch-up policy skips).
-    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()>;
+    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
+        let name = name.to_string();
+        db::write(self, move |tx| {
+            Box::pin(async move { periodic::skip(tx, &name, next_run_at).await })
+        })
+        .await
+    }
 
     /// Pauses schedule `name` (`paused_at` set) or resumes it (`None`), moving its next run to
     /// `next_run_at` when given. A resume changes nothing on a schedule that is not paused (its
@@ -882,16 +866,38 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         name: &str,
         paused_at: Option<Timestamp>,
         next_run_at: Option<Timestamp>,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<bool> {
+        let name = name.to_string();
+        db::write(self, move |tx| {
+            Box::pin(async move { periodic::pause(tx, &name, paused_at, next_run_at).await })
+        })
+        .await
+    }
 
     /// Deletes finished jobs past retention, old rate windows and stale leases; returns jobs deleted.
-    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64>;
+    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
+        db::write(self, move |tx| {
+            Box::pin(maintenance::prune(tx, now, retention, limit))
+        })
+        .await
+    }
 
     /// Alerts, newest first.
-    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>>;
+    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
+        let order = maintenance::AlertOrder::Newest { include_acked };
+        db::read(self, move |tx| {
+            Box::pin(maintenance::alerts(tx, order, limit))
+        })
+        .await
+    }
 
     /// Acknowledges an alert; false when there is none with that id.
-    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool>;
+    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
+        db::write(self, move |tx| {
+            Box::pin(maintenance::ack_alert(tx, id, now))
+        })
+        .await
+    }
 
     /// Job counts per state, kind and queue, read from counters that triggers keep in the same
     /// transaction as every change of a job (so the cost never grows with the number of jobs).

@@ -65,24 +65,24 @@ impl Store for Faulty {
     fn as_any(&self) -> &dyn std::any::Any {
         self.inner.as_any()
     }
-    async fn transaction(&self, op: onus::db::TxFn) -> StoreResult<()> {
+    async fn transaction(&self, op: onus::sql::TxFn) -> StoreResult<()> {
         self.gate().await;
         self.inner.transaction(op).await
     }
-    async fn read_only(&self, op: onus::db::TxFn) -> StoreResult<()> {
+    async fn read_only(&self, op: onus::sql::TxFn) -> StoreResult<()> {
         self.gate().await;
         self.inner.read_only(op).await
     }
     async fn migrate(
         &self,
-        lines: &[&'static onus::db::Line],
-    ) -> StoreResult<Vec<onus::db::migrate::Applied>> {
+        lines: &[&'static onus::sql::Line],
+    ) -> StoreResult<Vec<onus::sql::migrate::Applied>> {
         self.inner.migrate(lines).await
     }
     async fn migrations(
         &self,
-        lines: &[&'static onus::db::Line],
-    ) -> StoreResult<Vec<onus::db::LineStatus>> {
+        lines: &[&'static onus::sql::Line],
+    ) -> StoreResult<Vec<onus::sql::LineStatus>> {
         self.inner.migrations(lines).await
     }
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {

@@ -502,7 +502,7 @@ pub async fn complete_with_commits_the_job_and_its_writes_together(env: Env) {
                             .is_ok();
                         ctx.complete_with(move |tx| {
                             Box::pin(async move {
-                                use onus::db::Tx;
+                                use onus::store::JobTx;
                                 tx.insert_job(marked).await?;
                                 if fail {
                                     return Err(JobError::retryable("the step failed"));

@@ -343,7 +343,7 @@ async fn outbox_job_commits_with_the_callers_transaction_or_not_at_all() {
         .unwrap();
     let ghost = client
         .insert_in(
-            &onus::db::PgTx::new(&tx),
+            &onus::sql::PgTx::new(&tx),
             NewJob::new("receipt.send", json!({"order": 1})),
         )
         .await
@@ -362,7 +362,7 @@ async fn outbox_job_commits_with_the_callers_transaction_or_not_at_all() {
         .unwrap();
     let id = client
         .insert_in(
-            &onus::db::PgTx::new(&tx),
+            &onus::sql::PgTx::new(&tx),
             NewJob::new("receipt.send", json!({"order": 2})),
         )
         .await

@@ -34,8 +34,8 @@ async fn outbox_job_commits_with_the_callers_data_or_not_at_all() {
     let tx = conn.transaction().unwrap();
     tx.execute("INSERT INTO orders (id, total) VALUES (1, 100)", ())
         .unwrap();
-    let ins = onus::db::ready(client.insert_in(
-        &onus::db::SqliteTx::new(&tx),
+    let ins = onus::sql::ready(client.insert_in(
+        &onus::sql::SqliteTx::new(&tx),
         NewJob::new("receipt.send", json!({"order": 1})),
     ))
     .unwrap();
@@ -52,10 +52,10 @@ async fn outbox_job_commits_with_the_callers_data_or_not_at_all() {
     tx.execute("INSERT INTO orders (id, total) VALUES (2, 200)", ())
         .unwrap();
     let job = NewJob::new("receipt.send", json!({"order": 2})).unique_key("order-2");
-    let in_tx = onus::db::SqliteTx::new(&tx);
-    let ins = onus::db::ready(client.insert_in(&in_tx, job.clone())).unwrap();
+    let in_tx = onus::sql::SqliteTx::new(&tx);
+    let ins = onus::sql::ready(client.insert_in(&in_tx, job.clone())).unwrap();
     // The unique key holds inside the caller's transaction too.
-    let again = onus::db::ready(client.insert_in(&in_tx, job)).unwrap();
+    let again = onus::sql::ready(client.insert_in(&in_tx, job)).unwrap();
     assert!(ins.inserted && !again.inserted && again.job.id == ins.job.id);
     tx.commit().unwrap();
     let running = onus.start();

@@ -25,6 +25,7 @@ use super::*;
 use crate::clock::Timestamp;
 use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState};
 use crate::outcome::Transition;
+use crate::sql::PgTx;
 
 pub use deadpool_postgres;
 pub use tokio_postgres;
@@ -181,9 +182,6 @@ impl Cursors {
         }
     }
 }
-/// Advisory lock key held while migrating ("onus" in ASCII).
-pub(crate) const MIGRATION_LOCK: i64 = 0x6f6e_7573;
-
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
     lease_expires_at, cancel_requested, tags, progress, result";
@@ -212,56 +210,8 @@ impl std::fmt::Debug for Renewals {
     }
 }
 
-/// A PostgreSQL error with the server's message, detail and hint.
-pub fn describe(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => {
-            let mut s = format!("{}: {}", db.severity(), db.message());
-            if let Some(d) = db.detail() {
-                s.push_str(&format!(" ({d})"));
-            }
-            if let Some(h) = db.hint() {
-                s.push_str(&format!("; hint: {h}"));
-            }
-            s
-        }
-        None => {
-            let mut s = e.to_string();
-            let mut cur = std::error::Error::source(e);
-            while let Some(c) = cur {
-                s.push_str(&format!(": {c}"));
-                cur = c.source();
-            }
-            s
-        }
-    }
-}
-
-/// Whether a PostgreSQL error may clear up by itself: the connection is gone or timed out, the
-/// server is starting, stopping or out of resources, or a transaction lost a race.
-fn transient(e: &tokio_postgres::Error) -> bool {
-    if let Some(code) = e.code() {
-        let c = code.code();
-        return c.starts_with("08") // connection exception
-            || c.starts_with("53") // insufficient resources
-            || c.starts_with("57P") // shutting down, cannot connect now
-            || c == "57014" // cancelled: statement timeout
-            || c == "40001" // serialization failure
-            || c == "40P01"; // deadlock detected
-    }
-    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-    e.is_closed() || io || e.to_string().contains("timeout")
-}
-
-pub(crate) fn q(e: tokio_postgres::Error) -> StoreError {
-    if transient(&e) {
-        StoreError::Unavailable(describe(&e))
-    } else if e.code().is_some_and(|c| c.code().starts_with("23")) {
-        StoreError::Constraint(describe(&e))
-    } else {
-        StoreError::Query(describe(&e))
-    }
-}
+pub use crate::sql::postgres::describe;
+pub(crate) use crate::sql::postgres::error as q;
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
@@ -390,7 +340,7 @@ impl PostgresStore {
             ))
         })?;
         if migrate {
-            crate::db::postgres::apply_lines(&client, &[])
+            crate::sql::postgres::apply_lines(&client, &crate::store::with_jobs(&[]))
                 .await
                 .map_err(|e| {
                     StoreError::Open(format!("cannot apply the schema at {shown_url}: {e}"))
@@ -590,12 +540,23 @@ async fn claim_rows(
 }
 
 /// Inserts one job through `client`, which may be the caller's own open transaction
-/// ([`crate::db::PgTx`]). Idle workers are notified when the transaction commits.
+/// ([`crate::sql::PgTx`]). Idle workers are notified when the transaction commits.
 pub(crate) async fn insert_tx<C: GenericClient + Sync>(
     client: &C,
     row: InsertRow,
 ) -> StoreResult<Inserted> {
     let out = insert_rows(&Plain(client), &[row], None).await?;
+    out.into_iter()
+        .next()
+        .ok_or_else(|| StoreError::Query("nothing was inserted".into()))
+}
+
+/// Inserts one job in a transaction of the pool, its statement prepared once per connection.
+pub(crate) async fn insert_pooled(
+    tx: &deadpool_postgres::Transaction<'_>,
+    row: InsertRow,
+) -> StoreResult<Inserted> {
+    let out = insert_rows(tx, &[row], None).await?;
     out.into_iter()
         .next()
         .ok_or_else(|| StoreError::Query("nothing was inserted".into()))
@@ -861,9 +822,12 @@ async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted
 
 /// Records one finished attempt inside the caller's open transaction (its lease key locked
 /// first, as [`Store::finish`] does).
-pub(crate) async fn finish_in(c: &impl GenericClient, f: &Finish) -> StoreResult<bool> {
+pub(crate) async fn finish_in(
+    c: &tokio_postgres::Transaction<'_>,
+    f: &Finish,
+) -> StoreResult<bool> {
     if let Some(key) = &f.release_lease {
-        lock_lease_key(c, key).await?;
+        keys::lock_key(&PgTx::new(c), key).await?;
     }
     finish_one(c, f, false).await
 }
@@ -871,7 +835,11 @@ pub(crate) async fn finish_in(c: &impl GenericClient, f: &Finish) -> StoreResult
 /// Records one finished attempt inside the open transaction `c`. The job is found by its id alone
 /// (the state and owner compared through coalesce(), as in [`Store::finish`]'s batches, so no plan
 /// walks a partial index of running jobs).
-async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
+async fn finish_one(
+    c: &tokio_postgres::Transaction<'_>,
+    f: &Finish,
+    lease_wait: bool,
+) -> StoreResult<bool> {
     let attempt = f.attempt as i32;
     let held = c
         .query_opt(
@@ -935,8 +903,8 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
         pause_key: Some(key),
     } = &f.transition
     {
-        pause_key(
-            c,
+        keys::hold(
+            &PgTx::new(c),
             key,
             *run_at,
             f.now,
@@ -947,7 +915,7 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
         .await?;
     }
     if let Some(key) = &f.release_lease {
-        release_lease(c, key, f.id, f.now).await?;
+        keys::release(&PgTx::new(c), key, f.id, f.now).await?;
     }
     if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
         c.execute(
@@ -960,104 +928,6 @@ async fn finish_one(c: &impl GenericClient, f: &Finish, lease_wait: bool) -> Sto
         .map_err(q)?;
     }
     Ok(true)
-}
-
-async fn lock_lease_key(c: &impl GenericClient, key: &str) -> StoreResult<()> {
-    c.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || $1, 0))",
-        &[&key],
-    )
-    .await
-    .map_err(q)?;
-    Ok(())
-}
-
-/// Frees `job`'s slot of lease `key`. The caller's transaction already holds the key's lock
-/// (`finish` takes every key of its batch first, in one order).
-async fn release_lease(
-    c: &impl GenericClient,
-    key: &str,
-    job: JobId,
-    now: Timestamp,
-) -> StoreResult<()> {
-    let freed = c
-        .execute(
-            "DELETE FROM onus_leases WHERE key = $1 AND job_id = $2",
-            &[&key, &job],
-        )
-        .await
-        .map_err(q)?;
-    if freed > 0 {
-        // Wake the job that has waited longest for this key and still sleeps (one woken earlier
-        // and not yet claimed is passed over: this release frees another slot); only jobs
-        // waiting for the lease. It wakes due since its creation, not since now: it was claimed
-        // before the jobs still waiting in the queue, and a claim takes the longest due first,
-        // so it runs before later jobs of the same key take the slot and send it back to sleep.
-        c.execute(
-            "WITH w AS (
-                SELECT id FROM onus_jobs WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $3
-                  AND run_at > $2
-                ORDER BY run_at, id LIMIT 1
-             ), woken AS (
-                UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $2) FROM w WHERE j.id = w.id RETURNING j.queue
-             )
-             SELECT pg_notify('onus_jobs', queue) FROM woken",
-            &[&key, &now, &job],
-        )
-        .await
-        .map_err(q)?;
-    }
-    Ok(())
-}
-
-/// Pauses `key` until `until` and holds its waiting jobs that are due by then (all but
-/// `except`, the job whose answer paused it): `scheduled` until the pause ends, `lease_wait`
-/// marking them held. Jobs due later are held if a claim reaches them during the pause. Returns
-/// how many jobs it held.
-async fn pause_key(
-    c: &impl GenericClient,
-    key: &str,
-    until: Timestamp,
-    now: Timestamp,
-    reason: &str,
-    mode: PauseMode,
-    except: Option<JobId>,
-) -> StoreResult<u64> {
-    let row = c
-        .query_one(
-            "INSERT INTO onus_key_pauses (key, until, paused_at, reason) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (key) DO UPDATE SET
-                until = CASE WHEN $5 AND onus_key_pauses.until > $3
-                             THEN GREATEST(onus_key_pauses.until, excluded.until) ELSE excluded.until END,
-                paused_at = excluded.paused_at, reason = excluded.reason
-             RETURNING until",
-            &[&key, &until, &now, &reason, &matches!(mode, PauseMode::Extend)],
-        )
-        .await
-        .map_err(q)?;
-    let until: Timestamp = row.get(0);
-    let held = c
-        .execute(
-            "UPDATE onus_jobs SET state = 'scheduled', run_at = $2, lease_wait = true
-             WHERE (lease_key = $1 OR rate_key = $1) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
-               AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait)) AND id <> $4",
-            &[&key, &until, &now, &except.unwrap_or(0)],
-        )
-        .await
-        .map_err(q)?;
-    Ok(held)
-}
-
-/// How many jobs `key`'s pause holds.
-async fn count_held(c: &impl GenericClient, key: &str) -> StoreResult<u64> {
-    let row = c
-        .query_one(
-            "SELECT count(*) FROM onus_jobs WHERE (lease_key = $1 OR rate_key = $1) AND state = 'scheduled' AND lease_wait",
-            &[&key],
-        )
-        .await
-        .map_err(q)?;
-    Ok(row.get::<_, i64>(0).max(0) as u64)
 }
 
 /// Builds `AND col = ANY($n)` conditions for a filter, numbering parameters after `first`.
@@ -1156,12 +1026,12 @@ impl Store for PostgresStore {
         self
     }
 
-    async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()> {
+    async fn transaction(&self, op: crate::sql::TxFn) -> StoreResult<()> {
         let mut client = self.client().await?;
         off_task(async move |stop| {
             let tx = client.transaction().await.map_err(q)?;
             {
-                let any = crate::db::AnyTx::Postgres(crate::db::PgTx::new(&tx));
+                let any = crate::sql::AnyTx::Postgres(crate::sql::PgTx::pooled(&tx));
                 tokio::select! {
                     r = op(&any) => r?,
                     // The caller gave up (a timeout, a fence, shutdown): roll back, as dropping
@@ -1174,10 +1044,10 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()> {
+    async fn read_only(&self, op: crate::sql::TxFn) -> StoreResult<()> {
         let client = self.client().await?;
         off_task(async move |stop| {
-            let any = crate::db::AnyTx::Postgres(crate::db::PgTx::client(&client));
+            let any = crate::sql::AnyTx::Postgres(crate::sql::PgTx::pooled_client(&client));
             tokio::select! {
                 r = op(&any) => r,
                 () = stop.cancelled() => Err(StoreError::Aborted),
@@ -1188,12 +1058,12 @@ impl Store for PostgresStore {
 
     async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
         let client = self.client().await?;
-        crate::db::postgres::apply_lines(&client, lines).await
+        crate::sql::postgres::apply_lines(&client, &crate::store::with_jobs(lines)).await
     }
 
     async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
         let client = self.client().await?;
-        crate::db::postgres::line_status(&client, lines).await
+        crate::sql::postgres::line_status(&client, &crate::store::with_jobs(lines)).await
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
@@ -1305,7 +1175,7 @@ impl Store for PostgresStore {
                 e.3.push(f.release_lease.as_deref());
                 e.4 = e.4.max(f.now);
             } else {
-                applied[i] = finish_one(&*tx, f, false).await?;
+                applied[i] = finish_one(&tx, f, false).await?;
             }
         }
         // Each batch is found by its ids (the primary key). The state and the owner are compared
@@ -1610,7 +1480,7 @@ impl Store for PostgresStore {
     ) -> StoreResult<LeaseDecision> {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
-        lock_lease_key(&*tx, key).await?;
+        keys::lock_key(&PgTx::new(&tx), key).await?;
         // The key's slots, and its pause as slot -1 when one is in force: one round trip.
         let rows = tx
             .query(
@@ -1620,7 +1490,7 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(q)?;
-        let ask = crate::limits::LeaseAsk {
+        let ask = keys::LeaseAsk {
             key,
             slots,
             job,
@@ -1630,7 +1500,7 @@ impl Store for PostgresStore {
         };
         if let Some(p) = rows.iter().find(|r| r.get::<_, i32>(0) < 0) {
             let until: Timestamp = p.get(2);
-            finish_one(&*tx, &ask.paused_hold(until), false).await?;
+            finish_one(&tx, &ask.paused_hold(until), false).await?;
             // Not waiting for the disk, as for a busy key below.
             tx.batch_execute("SET LOCAL synchronous_commit = off")
                 .await
@@ -1638,7 +1508,7 @@ impl Store for PostgresStore {
             tx.commit().await.map_err(q)?;
             return Ok(LeaseDecision::Paused(until));
         }
-        let held: Vec<crate::limits::SlotRow> = rows
+        let held: Vec<keys::SlotRow> = rows
             .iter()
             .map(|r| (r.get::<_, i32>(0).max(0) as u32, r.get(1), r.get(2)))
             .collect();
@@ -1663,7 +1533,7 @@ impl Store for PostgresStore {
                     .map_err(q)?
                     .get(0);
                 let snooze = ask.busy_snooze(&held, last);
-                finish_one(&*tx, &snooze, true).await?;
+                finish_one(&tx, &snooze, true).await?;
                 // Not waiting for the disk: this transaction holds the key's lock, and every job
                 // of the key queues behind it (the holder's release too). A snooze lost in a
                 // crash of the database leaves the job running under this process's lease,
@@ -1705,100 +1575,6 @@ impl Store for PostgresStore {
         Ok(n > 0)
     }
 
-    async fn pause_key(
-        &self,
-        key: &str,
-        until: Timestamp,
-        now: Timestamp,
-        reason: &str,
-        mode: PauseMode,
-    ) -> StoreResult<u64> {
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        lock_lease_key(&*tx, key).await?;
-        pause_key(&*tx, key, until, now, reason, mode, None).await?;
-        let held = count_held(&*tx, key).await?;
-        tx.commit().await.map_err(q)?;
-        Ok(held)
-    }
-
-    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        lock_lease_key(&*tx, key).await?;
-        let was = tx
-            .query_opt(
-                "DELETE FROM onus_key_pauses WHERE key = $1 RETURNING until > $2",
-                &[&key, &now],
-            )
-            .await
-            .map_err(q)?;
-        if !was.is_some_and(|r| r.get::<_, bool>(0)) {
-            tx.commit().await.map_err(q)?;
-            return Ok(None);
-        }
-        let row = tx
-            .query_one(
-                "WITH r AS (
-                    UPDATE onus_jobs SET run_at = $2, lease_wait = false
-                    WHERE (lease_key = $1 OR rate_key = $1) AND state = 'scheduled' AND lease_wait RETURNING queue
-                 ), n AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM r) d)
-                 SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM n)",
-                &[&key, &now],
-            )
-            .await
-            .map_err(q)?;
-        tx.commit().await.map_err(q)?;
-        Ok(Some(row.get::<_, i64>(0).max(0) as u64))
-    }
-
-    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
-        let c = self.client().await?;
-        let row = c
-            .query_opt(
-                "SELECT until FROM onus_key_pauses WHERE key = $1 AND until > $2",
-                &[&key, &now],
-            )
-            .await
-            .map_err(q)?;
-        Ok(row.map(|r| r.get(0)))
-    }
-
-    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
-        let c = self.client().await?;
-        let rows = c
-            .query(
-                "SELECT p.key, p.until, p.paused_at, p.reason,
-                    (SELECT count(*) FROM onus_jobs j WHERE (j.lease_key = p.key OR j.rate_key = p.key) AND j.state = 'scheduled' AND j.lease_wait)
-                 FROM onus_key_pauses p WHERE p.until > $1 ORDER BY p.key",
-                &[&now],
-            )
-            .await
-            .map_err(q)?;
-        Ok(rows
-            .iter()
-            .map(|r| PausedKey {
-                key: r.get(0),
-                until: r.get(1),
-                paused_at: r.get(2),
-                reason: r.get(3),
-                held: r.get::<_, i64>(4).max(0) as u64,
-            })
-            .collect())
-    }
-
-    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
-        let c = self.client().await?;
-        let row = c
-            .query_one(
-                "SELECT MAX(busy_until) FROM onus_leases WHERE key = $1",
-                &[&key],
-            )
-            .await
-            .map_err(q)?;
-        Ok(row.get(0))
-    }
-
     async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
@@ -1838,204 +1614,6 @@ impl Store for PostgresStore {
             tx.rollback().await.map_err(q)?;
         }
         Ok(out)
-    }
-
-    async fn try_lead(
-        &self,
-        name: &str,
-        holder: &str,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> StoreResult<bool> {
-        let c = self.client().await?;
-        let got: Option<String> = c
-            .query_opt(
-                "INSERT INTO onus_leader (name, holder, expires_at) VALUES ($1, $2, $3)
-                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-                 WHERE onus_leader.holder = excluded.holder OR onus_leader.expires_at < $4
-                 RETURNING holder",
-                &[&name, &holder, &until, &now],
-            )
-            .await
-            .map_err(q)?
-            .map(|r| r.get(0));
-        Ok(got.as_deref() == Some(holder))
-    }
-
-    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
-        let c = self.client().await?;
-        c.execute(
-            "DELETE FROM onus_leader WHERE name = $1 AND holder = $2",
-            &[&name, &holder],
-        )
-        .await
-        .map_err(q)?;
-        Ok(())
-    }
-
-    async fn upsert_periodic(
-        &self,
-        name: &str,
-        kind: &str,
-        schedule: &str,
-        next_run_at: Timestamp,
-    ) -> StoreResult<PeriodicRow> {
-        let c = self.client().await?;
-        c.execute(
-            "INSERT INTO onus_periodic (name, kind, schedule, next_run_at) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, schedule = excluded.schedule,
-                next_run_at = CASE WHEN onus_periodic.schedule = excluded.schedule AND onus_periodic.next_run_at IS NOT NULL
-                    THEN onus_periodic.next_run_at ELSE excluded.next_run_at END",
-            &[&name, &kind, &schedule, &next_run_at],
-        )
-        .await
-        .map_err(q)?;
-        periodic_rows(&**c, Some(name))
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::Query("periodic row vanished".into()))
-    }
-
-    async fn enqueue_period(
-        &self,
-        name: &str,
-        period: Timestamp,
-        next_run_at: Timestamp,
-        job: InsertRow,
-    ) -> StoreResult<Option<JobId>> {
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        let n = tx
-            .execute(
-                "UPDATE onus_periodic SET last_period_at = $2, next_run_at = $3
-                 WHERE name = $1 AND paused_at IS NULL AND (last_period_at IS NULL OR last_period_at < $2)",
-                &[&name, &period, &next_run_at],
-            )
-            .await
-            .map_err(q)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let ins = insert_rows(&tx, &[job], None)
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::Query("nothing inserted".into()))?;
-        tx.execute(
-            "UPDATE onus_periodic SET last_job_id = $2 WHERE name = $1",
-            &[&name, &ins.job.id],
-        )
-        .await
-        .map_err(q)?;
-        tx.commit().await.map_err(q)?;
-        Ok(Some(ins.job.id))
-    }
-
-    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
-        let c = self.client().await?;
-        periodic_rows(&**c, None).await
-    }
-
-    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
-        let c = self.client().await?;
-        c.execute(
-            "UPDATE onus_periodic SET next_run_at = $2 WHERE name = $1 AND next_run_at < $2",
-            &[&name, &next_run_at],
-        )
-        .await
-        .map_err(q)?;
-        Ok(())
-    }
-
-    async fn pause_periodic(
-        &self,
-        name: &str,
-        paused_at: Option<Timestamp>,
-        next_run_at: Option<Timestamp>,
-    ) -> StoreResult<bool> {
-        let c = self.client().await?;
-        let n = c
-            .execute(
-                "UPDATE onus_periodic SET paused_at = $2, next_run_at = COALESCE($3, next_run_at) WHERE name = $1 AND ($2::timestamptz IS NOT NULL OR paused_at IS NOT NULL)",
-                &[&name, &paused_at, &next_run_at],
-            )
-            .await
-            .map_err(q)?;
-        Ok(n > 0)
-    }
-
-    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
-        // Never before 1970 (PostgreSQL's range ends earlier than chrono's; no job finished then).
-        let floor = chrono::DateTime::UNIX_EPOCH;
-        let completed_before = crate::clock::sub(now, retention.completed).max(floor);
-        let discarded_before = crate::clock::sub(now, retention.discarded).max(floor);
-        let limit = limit as i64;
-        let c = self.client().await?;
-        let mut n = c
-            .execute(
-                "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
-                 WHERE state = 'completed' AND finalized_at IS NOT NULL AND finalized_at < $1 LIMIT $2)",
-                &[&completed_before, &limit],
-            )
-            .await
-            .map_err(q)?;
-        n += c
-            .execute(
-                "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
-                 WHERE state IN ('discarded', 'cancelled') AND finalized_at IS NOT NULL AND finalized_at < $1 LIMIT $2)",
-                &[&discarded_before, &limit],
-            )
-            .await
-            .map_err(q)?;
-        c.execute(
-            "DELETE FROM onus_rate_windows WHERE window_end < $1",
-            &[&now],
-        )
-        .await
-        .map_err(q)?;
-        let stale = now - chrono::TimeDelta::hours(1);
-        c.execute("DELETE FROM onus_leases WHERE busy_until < $1", &[&stale])
-            .await
-            .map_err(q)?;
-        c.execute("DELETE FROM onus_key_pauses WHERE until < $1", &[&now])
-            .await
-            .map_err(q)?;
-        Ok(n)
-    }
-
-    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
-        let c = self.client().await?;
-        let limit = limit as i64;
-        let rows = c
-            .query(
-                "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
-                 WHERE $1 OR acked_at IS NULL ORDER BY id DESC LIMIT $2",
-                &[&include_acked, &limit],
-            )
-            .await
-            .map_err(q)?;
-        Ok(rows
-            .iter()
-            .map(|r| Alert {
-                id: r.get(0),
-                job_id: r.get(1),
-                kind: r.get(2),
-                message: r.get(3),
-                created_at: r.get(4),
-                acked_at: r.get(5),
-            })
-            .collect())
-    }
-
-    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
-        let c = self.client().await?;
-        let n = c
-            .execute(
-                "UPDATE onus_alerts SET acked_at = COALESCE(acked_at, $2) WHERE id = $1",
-                &[&id, &now],
-            )
-            .await
-            .map_err(q)?;
-        Ok(n > 0)
     }
 
     async fn counts(&self) -> StoreResult<Vec<CountRow>> {
@@ -2153,37 +1731,6 @@ async fn off_task(
     tokio::task::spawn_blocking(move || handle.block_on(f(stop)))
         .await
         .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
-}
-
-async fn periodic_rows(
-    c: &impl GenericClient,
-    name: Option<&str>,
-) -> StoreResult<Vec<PeriodicRow>> {
-    let rows = c
-        .query(
-            "SELECT name, kind, schedule, last_period_at, last_job_id, last_run_at, last_state, last_failure_at,
-                    last_error, next_run_at, paused_at
-             FROM onus_periodic WHERE $1::text IS NULL OR name = $1 ORDER BY name",
-            &[&name],
-        )
-        .await
-        .map_err(q)?;
-    Ok(rows
-        .iter()
-        .map(|r| PeriodicRow {
-            name: r.get(0),
-            kind: r.get(1),
-            schedule: r.get(2),
-            last_period_at: r.get(3),
-            last_job_id: r.get(4),
-            last_run_at: r.get(5),
-            last_state: r.get(6),
-            last_failure_at: r.get(7),
-            last_error: r.get(8),
-            next_run_at: r.get(9),
-            paused_at: r.get(10),
-        })
-        .collect())
 }
 
 /// Holds a LISTEN connection and forwards notices until the receiver is dropped; reconnects

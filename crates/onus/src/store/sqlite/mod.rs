@@ -22,6 +22,7 @@ use super::*;
 use crate::clock::{from_micros, Timestamp};
 use crate::job::{DiscardReason, HistoryEntry, Job, JobId};
 use crate::outcome::Transition;
+use crate::sql::{ready, SqliteTx};
 
 pub use rusqlite;
 
@@ -146,8 +147,8 @@ struct BatchError {
 impl BatchError {
     fn of(what: &str, e: &rusqlite::Error) -> Self {
         BatchError {
-            transient: transient(e),
-            message: format!("{what}: {}", said(e)),
+            transient: crate::sql::sqlite::transient(e),
+            message: format!("{what}: {}", crate::sql::sqlite::with_hint(e)),
         }
     }
 
@@ -235,7 +236,7 @@ impl SqliteStore {
             let mut conn = connect(&o, true)?;
             if o.migrate {
                 immediate(&mut conn, &o.path, |c| {
-                    crate::db::sqlite::apply_lines(c, &[])
+                    crate::sql::sqlite::apply_lines(c, &crate::store::with_jobs(&[]))
                 })
                 .map_err(|e| match e {
                     StoreError::Open(m) => StoreError::Open(format!(
@@ -543,73 +544,11 @@ impl FileId {
     }
 }
 
-/// Errors that may clear up by themselves: another process holds the lock, the disk is full or
-/// failing for now.
-fn transient(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode::*;
-    matches!(
-        e.sqlite_error_code(),
-        Some(DatabaseBusy | DatabaseLocked | DiskFull | SystemIoFailure | OutOfMemory)
-    )
+fn q(e: rusqlite::Error) -> StoreError {
+    crate::sql::sqlite::error_in(e, JOB_COLS)
 }
 
-/// SQLite's message, and what to do about it where the cause is the machine's: a full disk, a
-/// read-only file or directory, a file that cannot be opened.
-fn said(e: &rusqlite::Error) -> String {
-    use rusqlite::ErrorCode::*;
-    let hint = match e.sqlite_error_code() {
-        Some(DiskFull) => {
-            "; the disk holding the SQLite file is full: free space on it (nothing of this write was kept, and writes work again once there is room)"
-        }
-        Some(ReadOnly) => {
-            "; the SQLite file or its directory is read-only: give this process write access to both (SQLite writes its -wal and -shm files beside the database)"
-        }
-        Some(CannotOpen) => {
-            "; the SQLite file cannot be opened: check that its directory exists and this process may write there"
-        }
-        _ => "",
-    };
-    format!("{e}{hint}")
-}
-
-pub(crate) fn q(e: rusqlite::Error) -> StoreError {
-    if transient(&e) {
-        StoreError::Unavailable(said(&e))
-    } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
-        StoreError::Constraint(e.to_string())
-    } else if let Some(column) = decode_column(&e) {
-        // A stored value that does not read as its type.
-        StoreError::Decode {
-            table: "the job tables",
-            column,
-            problem: e.to_string(),
-        }
-    } else {
-        StoreError::Query(e.to_string())
-    }
-}
-
-/// The column a read failed on, when the failure is a value of the wrong type.
-fn decode_column(e: &rusqlite::Error) -> Option<String> {
-    match e {
-        rusqlite::Error::InvalidColumnType(_, name, _) => Some(name.clone()),
-        rusqlite::Error::FromSqlConversionFailure(i, _, _) => Some(
-            JOB_COLS
-                .split(", ")
-                .nth(*i)
-                .map_or_else(|| format!("#{i}"), str::to_string),
-        ),
-        _ => None,
-    }
-}
-
-pub(crate) fn us(t: Timestamp) -> i64 {
-    t.timestamp_micros()
-}
-
-pub(crate) fn ts(v: Option<i64>) -> Option<Timestamp> {
-    v.map(from_micros)
-}
+pub(crate) use crate::sql::sqlite::{micros as us, micros_opt as ts};
 
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
@@ -677,7 +616,7 @@ fn get_job(conn: &Connection, id: JobId) -> StoreResult<Option<Job>> {
         .map_err(q)
 }
 
-/// Inserts one job on `conn`, inside the caller's open transaction ([`crate::db::SqliteTx`]).
+/// Inserts one job on `conn`, inside the caller's open transaction ([`crate::sql::SqliteTx`]).
 pub(crate) fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Inserted> {
     let mut out = insert_rows(conn, vec![row])?;
     out.pop()
@@ -947,18 +886,18 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
         pause_key: Some(key),
     } = &f.transition
     {
-        pause_key(
-            conn,
+        ready(keys::hold(
+            &SqliteTx::new(conn),
             key,
             *run_at,
             f.now,
             &entry.message,
             PauseMode::Extend,
             Some(f.id),
-        )?;
+        ))?;
     }
     if let Some(key) = &f.release_lease {
-        release_lease(conn, key, f.id, now)?;
+        ready(keys::release(&SqliteTx::new(conn), key, f.id, f.now))?;
     }
     if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
         conn.prepare_cached(
@@ -971,92 +910,6 @@ pub(crate) fn finish_one(conn: &Connection, f: &Finish, lease_wait: bool) -> Sto
         .map_err(q)?;
     }
     Ok(true)
-}
-
-/// Pauses `key` until `until` and holds its waiting jobs that are due by then (all but
-/// `except`, the job whose answer paused it): `scheduled` until the pause ends, `lease_wait`
-/// marking them held. Jobs due later are held if a claim reaches them during the pause. Returns
-/// how many jobs it held.
-fn pause_key(
-    conn: &Connection,
-    key: &str,
-    until: Timestamp,
-    now: Timestamp,
-    reason: &str,
-    mode: PauseMode,
-    except: Option<JobId>,
-) -> StoreResult<u64> {
-    let until: i64 = conn
-        .prepare_cached(
-            "INSERT INTO onus_key_pauses (key, until, paused_at, reason) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (key) DO UPDATE SET
-                until = CASE WHEN ?5 AND onus_key_pauses.until > ?3
-                             THEN max(onus_key_pauses.until, excluded.until) ELSE excluded.until END,
-                paused_at = excluded.paused_at, reason = excluded.reason
-             RETURNING until",
-        )
-        .map_err(q)?
-        .query_row(
-            params![key, us(until), us(now), reason, matches!(mode, PauseMode::Extend)],
-            |r| r.get(0),
-        )
-        .map_err(q)?;
-    let held = conn
-        .prepare_cached(
-            "UPDATE onus_jobs SET state = 'scheduled', run_at = ?2, lease_wait = 1
-             WHERE (lease_key = ?1 OR rate_key = ?1) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
-               AND (run_at <= ?3 OR (state = 'scheduled' AND lease_wait = 1)) AND id <> ?4",
-        )
-        .map_err(q)?
-        .execute(params![key, until, us(now), except.unwrap_or(0)])
-        .map_err(q)?;
-    Ok(held as u64)
-}
-
-/// When `key`'s pause in force at `now` ends, if it is paused.
-fn paused_until(conn: &Connection, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
-    let v: Option<i64> = conn
-        .prepare_cached("SELECT until FROM onus_key_pauses WHERE key = ?1 AND until > ?2")
-        .map_err(q)?
-        .query_row(params![key, us(now)], |r| r.get(0))
-        .optional()
-        .map_err(q)?;
-    Ok(ts(v))
-}
-
-/// How many jobs `key`'s pause holds.
-fn count_held(conn: &Connection, key: &str) -> StoreResult<u64> {
-    let n: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM onus_jobs WHERE (lease_key = ?1 OR rate_key = ?1) AND state = 'scheduled' AND lease_wait = 1",
-        )
-        .map_err(q)?
-        .query_row([key], |r| r.get(0))
-        .map_err(q)?;
-    Ok(n.max(0) as u64)
-}
-
-fn release_lease(conn: &Connection, key: &str, job: JobId, now: i64) -> StoreResult<()> {
-    let freed = conn
-        .prepare_cached("DELETE FROM onus_leases WHERE key = ?1 AND job_id = ?2")
-        .map_err(q)?
-        .execute(params![key, job])
-        .map_err(q)?;
-    if freed > 0 {
-        // Wake the job that has waited longest for this key and still sleeps; only jobs waiting
-        // for the lease (a job snoozed for its own reasons keeps its time). See the PostgreSQL
-        // store for why it wakes due since its creation.
-        conn.prepare_cached(
-            "UPDATE onus_jobs SET run_at = min(created_at, ?2) WHERE id = (
-                SELECT id FROM onus_jobs WHERE lease_key = ?1 AND state = 'snoozed' AND lease_wait = 1
-                AND id != ?3 AND run_at > ?2 ORDER BY run_at, id LIMIT 1
-             )",
-        )
-        .map_err(q)?
-        .execute(params![key, now, job])
-        .map_err(q)?;
-    }
-    Ok(())
 }
 
 /// Appends the filter's conditions and parameters.
@@ -1145,31 +998,31 @@ impl Store for SqliteStore {
         self
     }
 
-    async fn transaction(&self, op: crate::db::TxFn) -> StoreResult<()> {
+    async fn transaction(&self, op: crate::sql::TxFn) -> StoreResult<()> {
         self.write(move |conn| {
-            let tx = crate::db::AnyTx::Sqlite(crate::db::SqliteTx::new(conn));
-            crate::db::ready(op(&tx))
+            let tx = crate::sql::AnyTx::Sqlite(crate::sql::SqliteTx::new(conn));
+            crate::sql::ready(op(&tx))
         })
         .await
     }
 
-    async fn read_only(&self, op: crate::db::TxFn) -> StoreResult<()> {
+    async fn read_only(&self, op: crate::sql::TxFn) -> StoreResult<()> {
         self.read(move |conn| {
-            let tx = crate::db::AnyTx::Sqlite(crate::db::SqliteTx::new(conn));
-            crate::db::ready(op(&tx))
+            let tx = crate::sql::AnyTx::Sqlite(crate::sql::SqliteTx::new(conn));
+            crate::sql::ready(op(&tx))
         })
         .await
     }
 
     async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
-        let lines = lines.to_vec();
-        self.write(move |conn| crate::db::sqlite::apply_lines(conn, &lines))
+        let lines = crate::store::with_jobs(lines);
+        self.write(move |conn| crate::sql::sqlite::apply_lines(conn, &lines))
             .await
     }
 
     async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
-        let lines = lines.to_vec();
-        self.read(move |conn| crate::db::sqlite::line_status(conn, &lines))
+        let lines = crate::store::with_jobs(lines);
+        self.read(move |conn| crate::sql::sqlite::line_status(conn, &lines))
             .await
     }
 
@@ -1564,12 +1417,12 @@ impl Store for SqliteStore {
         let owner = owner.to_string();
         let job = job.clone();
         self.write(move |conn| {
-            let ask = crate::limits::LeaseAsk { key: &key, slots, job: &job, owner: &owner, now, until };
-            if let Some(until) = paused_until(conn, &key, now)? {
+            let ask = keys::LeaseAsk { key: &key, slots, job: &job, owner: &owner, now, until };
+            if let Some(until) = ready(keys::paused_until(&SqliteTx::new(conn), &key, now))? {
                 finish_one(conn, &ask.paused_hold(until), false)?;
                 return Ok(LeaseDecision::Paused(until));
             }
-            let held: Vec<crate::limits::SlotRow> = conn
+            let held: Vec<keys::SlotRow> = conn
                 .prepare_cached("SELECT slot, job_id, busy_until FROM onus_leases WHERE key = ?1")
                 .map_err(q)?
                 .query_map([&key], |r| Ok((r.get(0)?, r.get(1)?, from_micros(r.get(2)?))))
@@ -1626,92 +1479,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn pause_key(
-        &self,
-        key: &str,
-        until: Timestamp,
-        now: Timestamp,
-        reason: &str,
-        mode: PauseMode,
-    ) -> StoreResult<u64> {
-        let key = key.to_string();
-        let reason = reason.to_string();
-        self.write(move |conn| {
-            pause_key(conn, &key, until, now, &reason, mode, None)?;
-            count_held(conn, &key)
-        })
-        .await
-    }
-
-    async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
-        let key = key.to_string();
-        self.write(move |conn| {
-            let was: Option<bool> = conn
-                .prepare_cached("DELETE FROM onus_key_pauses WHERE key = ?1 RETURNING until > ?2")
-                .map_err(q)?
-                .query_row(params![key, us(now)], |r| r.get(0))
-                .optional()
-                .map_err(q)?;
-            if was != Some(true) {
-                return Ok(None);
-            }
-            let n = conn
-                .prepare_cached(
-                    "UPDATE onus_jobs SET run_at = ?2, lease_wait = 0
-                     WHERE (lease_key = ?1 OR rate_key = ?1) AND state = 'scheduled' AND lease_wait = 1",
-                )
-                .map_err(q)?
-                .execute(params![key, us(now)])
-                .map_err(q)?;
-            Ok(Some(n as u64))
-        })
-        .await
-    }
-
-    async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
-        let key = key.to_string();
-        self.read(move |conn| paused_until(conn, &key, now)).await
-    }
-
-    async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
-        self.read(move |conn| {
-            let rows = conn
-                .prepare_cached(
-                    "SELECT p.key, p.until, p.paused_at, p.reason,
-                        (SELECT count(*) FROM onus_jobs j WHERE (j.lease_key = p.key OR j.rate_key = p.key) AND j.state = 'scheduled' AND j.lease_wait = 1)
-                     FROM onus_key_pauses p WHERE p.until > ?1 ORDER BY p.key",
-                )
-                .map_err(q)?
-                .query_map([us(now)], |r| {
-                    Ok(PausedKey {
-                        key: r.get(0)?,
-                        until: from_micros(r.get(1)?),
-                        paused_at: from_micros(r.get(2)?),
-                        reason: r.get(3)?,
-                        held: r.get::<_, i64>(4)?.max(0) as u64,
-                    })
-                })
-                .map_err(q)?
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(q)?;
-            Ok(rows)
-        })
-        .await
-    }
-
-    async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
-        let key = key.to_string();
-        self.read(move |conn| {
-            let v: Option<i64> = conn
-                .prepare_cached("SELECT MAX(busy_until) FROM onus_leases WHERE key = ?1")
-                .map_err(q)?
-                .query_row([key], |r| r.get(0))
-                .map_err(q)?;
-            Ok(ts(v))
-        })
-        .await
-    }
-
     async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
         let asks = asks.to_vec();
         self.write(move |conn| {
@@ -1743,213 +1510,6 @@ impl Store for SqliteStore {
                 }
             }
             Ok(out)
-        })
-        .await
-    }
-
-    async fn try_lead(
-        &self,
-        name: &str,
-        holder: &str,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> StoreResult<bool> {
-        let (name, holder) = (name.to_string(), holder.to_string());
-        self.write(move |conn| {
-            let got: Option<String> = conn
-                .prepare_cached(
-                    "INSERT INTO onus_leader (name, holder, expires_at) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-                     WHERE onus_leader.holder = excluded.holder OR onus_leader.expires_at < ?4
-                     RETURNING holder",
-                )
-                .map_err(q)?
-                .query_row(params![name, holder, us(until), us(now)], |r| r.get(0))
-                .optional()
-                .map_err(q)?;
-            Ok(got.as_deref() == Some(holder.as_str()))
-        })
-        .await
-    }
-
-    async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
-        let (name, holder) = (name.to_string(), holder.to_string());
-        self.write(move |conn| {
-            conn.execute(
-                "DELETE FROM onus_leader WHERE name = ?1 AND holder = ?2",
-                params![name, holder],
-            )
-            .map_err(q)?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn upsert_periodic(
-        &self,
-        name: &str,
-        kind: &str,
-        schedule: &str,
-        next_run_at: Timestamp,
-    ) -> StoreResult<PeriodicRow> {
-        let (name, kind, schedule) = (name.to_string(), kind.to_string(), schedule.to_string());
-        self.write(move |conn| {
-            conn.prepare_cached(
-                "INSERT INTO onus_periodic (name, kind, schedule, next_run_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, schedule = excluded.schedule,
-                    next_run_at = CASE WHEN onus_periodic.schedule = excluded.schedule
-                        AND onus_periodic.next_run_at IS NOT NULL
-                        THEN onus_periodic.next_run_at ELSE excluded.next_run_at END",
-            )
-            .map_err(q)?
-            .execute(params![name, kind, schedule, us(next_run_at)])
-            .map_err(q)?;
-            periodic_rows(conn, Some(&name))?.pop().ok_or_else(|| StoreError::Query("periodic row vanished".into()))
-        })
-        .await
-    }
-
-    async fn enqueue_period(
-        &self,
-        name: &str,
-        period: Timestamp,
-        next_run_at: Timestamp,
-        job: InsertRow,
-    ) -> StoreResult<Option<JobId>> {
-        let name = name.to_string();
-        self.write(move |conn| {
-            let n = conn
-                .prepare_cached(
-                    "UPDATE onus_periodic SET last_period_at = ?2, next_run_at = ?3
-                     WHERE name = ?1 AND paused_at IS NULL AND (last_period_at IS NULL OR last_period_at < ?2)",
-                )
-                .map_err(q)?
-                .execute(params![name, us(period), us(next_run_at)])
-                .map_err(q)?;
-            if n == 0 {
-                return Ok(None);
-            }
-            let ins = insert_tx(conn, job)?;
-            conn.prepare_cached("UPDATE onus_periodic SET last_job_id = ?2 WHERE name = ?1")
-                .map_err(q)?
-                .execute(params![name, ins.job.id])
-                .map_err(q)?;
-            Ok(Some(ins.job.id))
-        })
-        .await
-    }
-
-    async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
-        self.read(|conn| periodic_rows(conn, None)).await
-    }
-
-    async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
-        let name = name.to_string();
-        self.write(move |conn| {
-            conn.prepare_cached(
-                "UPDATE onus_periodic SET next_run_at = ?2 WHERE name = ?1 AND next_run_at < ?2",
-            )
-            .map_err(q)?
-            .execute(params![name, us(next_run_at)])
-            .map_err(q)?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn pause_periodic(
-        &self,
-        name: &str,
-        paused_at: Option<Timestamp>,
-        next_run_at: Option<Timestamp>,
-    ) -> StoreResult<bool> {
-        let name = name.to_string();
-        self.write(move |conn| {
-            let n = conn
-                .prepare_cached(
-                    "UPDATE onus_periodic SET paused_at = ?2, next_run_at = COALESCE(?3, next_run_at) WHERE name = ?1 AND (?2 IS NOT NULL OR paused_at IS NOT NULL)",
-                )
-                .map_err(q)?
-                .execute(params![name, paused_at.map(us), next_run_at.map(us)])
-                .map_err(q)?;
-            Ok(n > 0)
-        })
-        .await
-    }
-
-    async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
-        let completed_before = us(crate::clock::sub(now, retention.completed));
-        let discarded_before = us(crate::clock::sub(now, retention.discarded));
-        self.write(move |conn| {
-            let mut n = conn
-                .prepare_cached(
-                    "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
-                     WHERE state = 'completed' AND finalized_at IS NOT NULL AND finalized_at < ?1 LIMIT ?2)",
-                )
-                .map_err(q)?
-                .execute(params![completed_before, limit as i64])
-                .map_err(q)?;
-            for state in ["discarded", "cancelled"] {
-                n += conn
-                    .prepare_cached(
-                        "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
-                         WHERE state = ?3 AND finalized_at IS NOT NULL AND finalized_at < ?1 LIMIT ?2)",
-                    )
-                    .map_err(q)?
-                    .execute(params![discarded_before, limit as i64, state])
-                    .map_err(q)?;
-            }
-            conn.prepare_cached("DELETE FROM onus_rate_windows WHERE window_end < ?1")
-                .map_err(q)?
-                .execute([us(now)])
-                .map_err(q)?;
-            conn.prepare_cached("DELETE FROM onus_leases WHERE busy_until < ?1")
-                .map_err(q)?
-                .execute([us(now) - 3_600_000_000])
-                .map_err(q)?;
-            conn.prepare_cached("DELETE FROM onus_key_pauses WHERE until < ?1")
-                .map_err(q)?
-                .execute([us(now)])
-                .map_err(q)?;
-            Ok(n as u64)
-        })
-        .await
-    }
-
-    async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
-        self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
-                     WHERE ?1 OR acked_at IS NULL ORDER BY id DESC LIMIT ?2",
-                )
-                .map_err(q)?;
-            let rows = stmt
-                .query_map(params![include_acked, limit as i64], |r| {
-                    Ok(Alert {
-                        id: r.get(0)?,
-                        job_id: r.get(1)?,
-                        kind: r.get(2)?,
-                        message: r.get(3)?,
-                        created_at: from_micros(r.get(4)?),
-                        acked_at: ts(r.get(5)?),
-                    })
-                })
-                .map_err(q)?;
-            rows.collect::<rusqlite::Result<Vec<Alert>>>().map_err(q)
-        })
-        .await
-    }
-
-    async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
-        self.write(move |conn| {
-            let n = conn
-                .execute(
-                    "UPDATE onus_alerts SET acked_at = COALESCE(acked_at, ?2) WHERE id = ?1",
-                    params![id, us(now)],
-                )
-                .map_err(q)?;
-            Ok(n > 0)
         })
         .await
     }
@@ -2038,32 +1598,4 @@ impl Store for SqliteStore {
         self.write(|_| Ok(())).await?;
         Ok(Some(rx))
     }
-}
-
-fn periodic_rows(conn: &Connection, name: Option<&str>) -> StoreResult<Vec<PeriodicRow>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT name, kind, schedule, last_period_at, last_job_id, last_run_at, last_state, last_failure_at,
-                    last_error, next_run_at, paused_at
-             FROM onus_periodic WHERE ?1 IS NULL OR name = ?1 ORDER BY name",
-        )
-        .map_err(q)?;
-    let rows = stmt
-        .query_map([name], |r| {
-            Ok(PeriodicRow {
-                name: r.get(0)?,
-                kind: r.get(1)?,
-                schedule: r.get(2)?,
-                last_period_at: ts(r.get(3)?),
-                last_job_id: r.get(4)?,
-                last_run_at: ts(r.get(5)?),
-                last_state: r.get(6)?,
-                last_failure_at: ts(r.get(7)?),
-                last_error: r.get(8)?,
-                next_run_at: ts(r.get(9)?),
-                paused_at: ts(r.get(10)?),
-            })
-        })
-        .map_err(q)?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(q)
 }

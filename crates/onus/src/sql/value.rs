@@ -43,9 +43,9 @@ impl Value {
     }
 
     /// JSON of any serializable value.
-    pub fn json<T: serde::Serialize + ?Sized>(v: &T) -> Result<Value, crate::StoreError> {
+    pub fn json<T: serde::Serialize + ?Sized>(v: &T) -> Result<Value, crate::sql::StoreError> {
         serde_json::to_value(v).map(Value::Json).map_err(|e| {
-            crate::StoreError::Query(format!("a value cannot be written as JSON: {e}"))
+            crate::sql::StoreError::Query(format!("a value cannot be written as JSON: {e}"))
         })
     }
 }
@@ -317,7 +317,7 @@ impl<T: DeserializeOwned> FromValue for Json<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::Row;
+    use crate::sql::Row;
     use std::sync::Arc;
 
     fn row_on(backend: Backend, values: Vec<Value>) -> Row {
@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn a_bad_value_is_an_error_naming_table_and_column() {
         let r = row(vec![Value::Null, Value::Int(7), Value::Text("{".into())]);
-        let msg = |e: Result<(), crate::StoreError>| e.err().map(|e| e.to_string());
+        let msg = |e: Result<(), crate::sql::StoreError>| e.err().map(|e| e.to_string());
         assert_eq!(
             msg(r.get::<String>("a").map(|_| ())).as_deref(),
             Some("cannot read column a of onus_things: NULL where text is required")

@@ -1,5 +1,6 @@
-//! The database layer components build on: their statements, their rows, their transactions and
-//! their migrations, on either backend, through the same path the job store uses.
+//! The SQL engine layer: statements, rows, values, transactions and migrations on either backend.
+//! It knows SQLite and PostgreSQL and nothing above them: the job store and the components
+//! (webhooks, mail, the runtime's own tables) are written on it, never the reverse.
 //!
 //! - A statement is [`Sql`]: the table it reads (named in decode errors) and its text, written
 //!   once for both backends where it can be (`$1`, `$2`, ... numbered in order of first use).
@@ -8,25 +9,27 @@
 //!   `boolean`. The job tables follow the same convention.
 //! - Rows decode into typed records with [`Row::get`]: a missing column, a NULL where none is
 //!   allowed or a value of the wrong type is a [`StoreError::Decode`] naming the table and column.
-//! - [`Tx`] is an open transaction. One `async fn` generic over `Tx` serves a component's own
-//!   transactions ([`Db::tx`]: on SQLite inside the single writer, so component writes batch with
-//!   job writes; on PostgreSQL from the pool) and the caller's own open transaction (the outbox:
-//!   [`SqliteTx`] over a `rusqlite` transaction, [`PgTx`] over a `tokio-postgres` one).
-//! - [`Line`]: a component's numbered migrations per backend, applied by one runner
-//!   ([`Store::migrate`]) under one lock and recorded in `onus_migrations`.
+//! - [`Tx`] is an open transaction. One `async fn` generic over `Tx` serves the store's own
+//!   transactions (`onus::store::Db::tx`: on SQLite inside the single writer, so component writes
+//!   batch with job writes; on PostgreSQL from the pool) and the caller's own open transaction
+//!   (the outbox: [`SqliteTx`] over a `rusqlite` transaction, [`PgTx`] over a `tokio-postgres`
+//!   one).
+//! - [`Line`]: a numbered list of migrations per backend, applied by one runner under one lock
+//!   and recorded in `onus_migrations`.
+//! - [`StoreError`]: every database failure, with whose fault it is.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::store::{Finish, InsertRow, Inserted, Store, StoreError, StoreResult};
-
+pub mod error;
 pub mod migrate;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 pub(crate) mod value;
 
-pub use migrate::{Applied, Line, LineStatus, Migration, JOBS};
+pub use error::{Fault, StoreError, StoreResult};
+pub use migrate::{Applied, Line, LineStatus, Migration};
 pub use value::{FromValue, Json, Value};
 
 /// Which database a transaction runs on.
@@ -79,6 +82,11 @@ impl Sql {
     }
 }
 
+static ADVISORY_LOCK: Sql = Sql::new(
+    "a lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+);
+
 /// One row of a result, decoded column by column with [`Row::get`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -129,10 +137,10 @@ pub trait FromRow: Sized {
 }
 
 /// An open transaction on either backend. Write each operation once as an `async fn` generic
-/// over `T: Tx + ?Sized`; it runs in [`Db::tx`] and in the caller's own transaction alike.
+/// over `T: Tx + ?Sized`; it runs in the store's `Db::tx` and in the caller's own transaction alike.
 ///
 /// On SQLite every call completes at once (the connection is synchronous), so an operation
-/// must await nothing but its transaction: [`Db::tx`] refuses one that does.
+/// must await nothing but its transaction: the store's `Db::tx` refuses one that does.
 #[allow(async_fn_in_trait)] // Send-ness follows the concrete transaction: PgTx's futures are Send
 pub trait Tx {
     /// The backend it runs on.
@@ -144,14 +152,21 @@ pub trait Tx {
     /// Runs `sql` with `params` and returns how many rows it changed.
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64>;
 
-    /// Inserts a job (prepared with [`crate::Client::prepare`]) in this transaction: it commits
-    /// with the transaction or not at all.
-    async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted>;
+    /// The connection underneath, for the job store's statements that differ by engine (bulk
+    /// insert, batch finish): not for components, which write [`Sql`] through `query` and
+    /// `execute`.
+    #[doc(hidden)]
+    fn engine(&self) -> Engine<'_>;
 
-    /// Records a finished attempt in this transaction, guarded like [`Store::finish`] (the job
-    /// must still be running this attempt for its owner): false when it was not. Handlers use it
-    /// through [`crate::JobContext::complete_with`].
-    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool>;
+    /// Takes the lock named `name` until this transaction ends: on PostgreSQL a transaction-level
+    /// advisory lock, so writers of the same name queue up; on SQLite nothing, since its one
+    /// writer already runs one transaction at a time.
+    async fn lock(&self, name: &str) -> StoreResult<()> {
+        match self.backend() {
+            Backend::Sqlite => Ok(()),
+            Backend::Postgres => self.execute(&ADVISORY_LOCK, &[name.into()]).await.map(drop),
+        }
+    }
 
     /// Runs `sql` and decodes each row as `R`.
     async fn fetch<R: FromRow>(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<R>> {
@@ -199,16 +214,13 @@ impl Tx for SqliteTx<'_> {
         sqlite::execute(self.conn, sql, params)
     }
 
-    async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
-        crate::store::sqlite::insert_tx(self.conn, row)
-    }
-
-    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
-        crate::store::sqlite::finish_one(self.conn, finish, false)
+    fn engine(&self) -> Engine<'_> {
+        Engine::Sqlite(self.conn)
     }
 }
 
-/// The caller's own open PostgreSQL transaction.
+/// An open PostgreSQL transaction: the caller's own, or one of the store's pool (whose
+/// connections keep each statement prepared).
 #[derive(Debug, Clone, Copy)]
 pub struct PgTx<'c> {
     conn: PgConn<'c>,
@@ -217,14 +229,15 @@ pub struct PgTx<'c> {
 #[derive(Clone, Copy)]
 enum PgConn<'c> {
     Tx(&'c tokio_postgres::Transaction<'c>),
-    Client(&'c tokio_postgres::Client),
+    PooledTx(&'c deadpool_postgres::Transaction<'c>),
+    PooledClient(&'c deadpool_postgres::Object),
 }
 
 impl std::fmt::Debug for PgConn<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            PgConn::Tx(_) => "transaction",
-            PgConn::Client(_) => "connection",
+            PgConn::Tx(_) | PgConn::PooledTx(_) => "transaction",
+            PgConn::PooledClient(_) => "connection",
         })
     }
 }
@@ -237,10 +250,17 @@ impl<'c> PgTx<'c> {
         }
     }
 
-    /// A connection outside any transaction, for reads.
-    pub(crate) fn client(c: &'c tokio_postgres::Client) -> Self {
+    /// A transaction of the store's pool: statements prepared once per connection.
+    pub(crate) fn pooled(tx: &'c deadpool_postgres::Transaction<'c>) -> Self {
         PgTx {
-            conn: PgConn::Client(c),
+            conn: PgConn::PooledTx(tx),
+        }
+    }
+
+    /// A pooled connection outside any transaction, for reads.
+    pub(crate) fn pooled_client(c: &'c deadpool_postgres::Object) -> Self {
+        PgTx {
+            conn: PgConn::PooledClient(c),
         }
     }
 }
@@ -251,38 +271,45 @@ impl Tx for PgTx<'_> {
     }
 
     async fn query(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<Row>> {
+        let text = sql.text(Backend::Postgres);
         match self.conn {
-            PgConn::Tx(t) => postgres::rows(t, sql, params).await,
-            PgConn::Client(c) => postgres::rows(c, sql, params).await,
+            PgConn::Tx(t) => postgres::rows(t, text, sql, params).await,
+            PgConn::PooledTx(t) => {
+                let st = t.prepare_cached(text).await.map_err(postgres::error)?;
+                postgres::rows(&**t, &st, sql, params).await
+            }
+            PgConn::PooledClient(c) => {
+                let st = c.prepare_cached(text).await.map_err(postgres::error)?;
+                postgres::rows(&***c, &st, sql, params).await
+            }
         }
     }
 
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64> {
+        let text = sql.text(Backend::Postgres);
         match self.conn {
-            PgConn::Tx(t) => postgres::execute(t, sql, params).await,
-            PgConn::Client(c) => postgres::execute(c, sql, params).await,
+            PgConn::Tx(t) => postgres::execute(t, text, params).await,
+            PgConn::PooledTx(t) => {
+                let st = t.prepare_cached(text).await.map_err(postgres::error)?;
+                postgres::execute(&**t, &st, params).await
+            }
+            PgConn::PooledClient(c) => {
+                let st = c.prepare_cached(text).await.map_err(postgres::error)?;
+                postgres::execute(&***c, &st, params).await
+            }
         }
     }
 
-    async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
+    fn engine(&self) -> Engine<'_> {
         match self.conn {
-            PgConn::Tx(t) => crate::store::postgres::insert_tx(t, row).await,
-            PgConn::Client(c) => crate::store::postgres::insert_tx(c, row).await,
-        }
-    }
-
-    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
-        match self.conn {
-            PgConn::Tx(t) => crate::store::postgres::finish_in(t, finish).await,
-            PgConn::Client(_) => Err(StoreError::Query(
-                "a finished attempt is recorded inside a transaction, not on a bare connection"
-                    .into(),
-            )),
+            PgConn::Tx(t) => Engine::PostgresTx(t),
+            PgConn::PooledTx(t) => Engine::PooledTx(t),
+            PgConn::PooledClient(c) => Engine::PooledClient(c),
         }
     }
 }
 
-/// The transaction [`Db::tx`] hands an operation: on whichever backend the store runs.
+/// The transaction the store's `Db::tx` hands an operation: on whichever backend the store runs.
 #[derive(Debug, Clone, Copy)]
 pub enum AnyTx<'c> {
     /// On SQLite.
@@ -313,18 +340,35 @@ impl Tx for AnyTx<'_> {
         }
     }
 
-    async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
+    fn engine(&self) -> Engine<'_> {
         match self {
-            AnyTx::Sqlite(t) => t.insert_job(row).await,
-            AnyTx::Postgres(t) => t.insert_job(row).await,
+            AnyTx::Sqlite(t) => t.engine(),
+            AnyTx::Postgres(t) => t.engine(),
         }
     }
+}
 
-    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
-        match self {
-            AnyTx::Sqlite(t) => t.finish_job(finish).await,
-            AnyTx::Postgres(t) => t.finish_job(finish).await,
-        }
+/// The connection under a [`Tx`].
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub enum Engine<'c> {
+    /// A SQLite connection inside a transaction.
+    Sqlite(&'c rusqlite::Connection),
+    /// A PostgreSQL transaction.
+    PostgresTx(&'c tokio_postgres::Transaction<'c>),
+    /// A transaction of the store's pool (statements prepared once per connection).
+    PooledTx(&'c deadpool_postgres::Transaction<'c>),
+    /// A connection of the store's pool outside any transaction (reads).
+    PooledClient(&'c deadpool_postgres::Object),
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Engine::Sqlite(_) => "SQLite connection",
+            Engine::PostgresTx(_) | Engine::PooledTx(_) => "PostgreSQL transaction",
+            Engine::PooledClient(_) => "PostgreSQL connection",
+        })
     }
 }
 
@@ -332,7 +376,7 @@ impl Tx for AnyTx<'_> {
 pub type LocalFuture<'t, T> = Pin<Box<dyn Future<Output = T> + 't>>;
 
 /// An operation as a store runs it: given the open transaction, it succeeds (commit) or fails
-/// (roll back). [`Db::tx`] builds these; a store implements [`Store::transaction`] with them.
+/// (roll back). The store's `Db::tx` builds these; a store runs them in its transactions.
 pub type TxFn = Box<dyn for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreResult<()>> + Send>;
 
 /// The result of an operation on a [`SqliteTx`], from synchronous code: SQLite answers at once,
@@ -344,7 +388,7 @@ pub type TxFn = Box<dyn for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreRe
 /// let tx = conn.transaction()?;
 /// tx.execute("INSERT INTO orders (id, total) VALUES (?1, ?2)", (42, 1999))?;
 /// let job = onus::NewJob::new("receipt.send", serde_json::json!({"order": 42}));
-/// onus::db::ready(client.insert_in(&onus::db::SqliteTx::new(&tx), job))?;
+/// onus::sql::ready(client.insert_in(&onus::sql::SqliteTx::new(&tx), job))?;
 /// tx.commit()?; // the order and its job, or neither
 /// # Ok(()) }
 /// ```
@@ -356,105 +400,4 @@ pub fn ready<T, E: From<StoreError>>(fut: impl Future<Output = Result<T, E>>) ->
         )
         .into())
     })
-}
-
-/// A component's handle on the job store's database.
-#[derive(Debug, Clone)]
-pub struct Db {
-    store: Arc<dyn Store>,
-}
-
-impl Db {
-    /// The database of `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Db { store }
-    }
-
-    /// The job store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    /// Runs `op` in one transaction (on SQLite in the single writer, batched with job writes; on
-    /// PostgreSQL on a pooled connection): committed when it returns `Ok`, rolled back when it
-    /// returns an error (which is returned as it was).
-    pub async fn tx<R, E, F>(&self, op: F) -> Result<R, E>
-    where
-        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
-        R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
-    {
-        self.run(op, false).await
-    }
-
-    /// Runs read-only `op` on a read connection (no transaction on PostgreSQL).
-    pub async fn read<R, E, F>(&self, op: F) -> Result<R, E>
-    where
-        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
-        R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
-    {
-        self.run(op, true).await
-    }
-
-    async fn run<R, E, F>(&self, op: F, read_only: bool) -> Result<R, E>
-    where
-        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
-        R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
-    {
-        type Slot<R, E> = Arc<Mutex<Option<Result<R, E>>>>;
-        let slot: Slot<R, E> = Arc::new(Mutex::new(None));
-        let out = slot.clone();
-        let f: TxFn = Box::new(move |tx| {
-            Box::pin(async move {
-                let r = op(tx).await;
-                let failed = r.is_err();
-                *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                if failed {
-                    Err(StoreError::Aborted)
-                } else {
-                    Ok(())
-                }
-            })
-        });
-        let ran = if read_only {
-            self.store.read_only(f).await
-        } else {
-            self.store.transaction(f).await
-        };
-        let answer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match (answer, ran) {
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (_, Err(e)) => Err(e.into()),
-            (None, Ok(())) => Err(StoreError::Query("the operation did not run".into()).into()),
-        }
-    }
-
-    /// Runs one statement in its own transaction and returns its rows as `R`.
-    pub async fn fetch<R: FromRow + Send + 'static>(
-        &self,
-        sql: &'static Sql,
-        params: Vec<Value>,
-    ) -> StoreResult<Vec<R>> {
-        self.tx(move |tx| Box::pin(async move { tx.fetch(sql, &params).await }))
-            .await
-    }
-
-    /// Reads with one statement and returns its rows as `R`.
-    pub async fn read_rows<R: FromRow + Send + 'static>(
-        &self,
-        sql: &'static Sql,
-        params: Vec<Value>,
-    ) -> StoreResult<Vec<R>> {
-        self.read(move |tx| Box::pin(async move { tx.fetch(sql, &params).await }))
-            .await
-    }
-
-    /// Runs one statement in its own transaction; returns how many rows it changed.
-    pub async fn execute(&self, sql: &'static Sql, params: Vec<Value>) -> StoreResult<u64> {
-        self.tx(move |tx| Box::pin(async move { tx.execute(sql, &params).await }))
-            .await
-    }
 }

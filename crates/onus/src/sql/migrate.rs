@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::Backend;
 use crate::clock::Timestamp;
-use crate::store::{StoreError, StoreResult};
+use crate::sql::error::{StoreError, StoreResult};
 
 /// One numbered migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,11 +39,11 @@ macro_rules! migrations {
     ($dir:literal, $($file:literal),+ $(,)?) => {{
         const FILES: &[(&str, &str)] = &[$(($file, include_str!(concat!($dir, "/", $file)))),+];
         const N: usize = FILES.len();
-        const LIST: [$crate::db::Migration; N] = {
-            let mut out = [$crate::db::Migration { version: 0, name: "", sql: "" }; N];
+        const LIST: [$crate::sql::Migration; N] = {
+            let mut out = [$crate::sql::Migration { version: 0, name: "", sql: "" }; N];
             let mut i = 0;
             while i < N {
-                out[i] = $crate::db::Migration { version: (i + 1) as u32, name: FILES[i].0, sql: FILES[i].1 };
+                out[i] = $crate::sql::Migration { version: (i + 1) as u32, name: FILES[i].0, sql: FILES[i].1 };
                 i += 1;
             }
             out
@@ -51,35 +51,6 @@ macro_rules! migrations {
         &LIST
     }};
 }
-
-/// The job layer's tables.
-pub static JOBS: Line = Line {
-    name: "jobs",
-    sqlite: migrations!(
-        "../../migrations/jobs/sqlite",
-        "001_jobs.sql",
-        "002_tags_and_queues.sql",
-        "003_counts.sql",
-        "004_drop_running_by_owner.sql",
-        "005_inserts_count_themselves.sql",
-        "006_key_pauses.sql",
-        "007_progress_and_results.sql",
-        "008_periodic_pause.sql",
-        "009_rate_keys.sql"
-    ),
-    postgres: migrations!(
-        "../../migrations/jobs/postgres",
-        "001_jobs.sql",
-        "002_tags_and_queues.sql",
-        "003_counts.sql",
-        "004_drop_running_by_owner.sql",
-        "005_counted_update_without_join.sql",
-        "006_key_pauses.sql",
-        "007_progress_and_results.sql",
-        "008_periodic_pause.sql",
-        "009_rate_keys.sql"
-    ),
-};
 
 impl Line {
     /// Its migrations for `backend`.
@@ -175,16 +146,9 @@ pub(crate) fn failed(line: &Line, m: &Migration, why: StoreError) -> StoreError 
     }
 }
 
-/// The job layer's line followed by `lines`, without duplicates.
-pub fn with_jobs(lines: &[&'static Line]) -> Vec<&'static Line> {
-    let mut out: Vec<&'static Line> = vec![&JOBS];
-    for l in lines {
-        if !out.iter().any(|o| o.name == l.name) {
-            out.push(l);
-        }
-    }
-    out
-}
+/// The line whose version an earlier Onus kept outside `onus_migrations` (SQLite's `PRAGMA
+/// user_version`, PostgreSQL's `onus_schema`): the job store's.
+pub(crate) const LEGACY_JOBS_LINE: &str = "jobs";
 
 /// The records the schema kept before the shared runner, which a first run adopts: SQLite's
 /// `PRAGMA user_version` and PostgreSQL's `onus_schema` for the jobs line, and the table

@@ -6,9 +6,63 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 
 use crate::clock::Timestamp;
-use crate::db::migrate::{Applied, Line, LineStatus};
-use crate::store::postgres::{q, MIGRATION_LOCK};
-use crate::store::{StoreError, StoreResult};
+use crate::sql::error::{StoreError, StoreResult};
+use crate::sql::migrate::{Applied, Line, LineStatus};
+
+/// The advisory lock key held while migrating ("onus" in ASCII).
+pub(crate) const MIGRATION_LOCK: i64 = 0x6f6e_7573;
+
+/// A PostgreSQL error with the server's message, detail and hint.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = format!("{}: {}", db.severity(), db.message());
+            if let Some(d) = db.detail() {
+                s.push_str(&format!(" ({d})"));
+            }
+            if let Some(h) = db.hint() {
+                s.push_str(&format!("; hint: {h}"));
+            }
+            s
+        }
+        None => {
+            let mut s = e.to_string();
+            let mut cur = std::error::Error::source(e);
+            while let Some(c) = cur {
+                s.push_str(&format!(": {c}"));
+                cur = c.source();
+            }
+            s
+        }
+    }
+}
+
+/// Whether a PostgreSQL error may clear up by itself: the connection is gone or timed out, the
+/// server is starting, stopping or out of resources, or a transaction lost a race.
+fn transient(e: &tokio_postgres::Error) -> bool {
+    if let Some(code) = e.code() {
+        let c = code.code();
+        return c.starts_with("08") // connection exception
+            || c.starts_with("53") // insufficient resources
+            || c.starts_with("57P") // shutting down, cannot connect now
+            || c == "57014" // cancelled: statement timeout
+            || c == "40001" // serialization failure
+            || c == "40P01"; // deadlock detected
+    }
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    e.is_closed() || io || e.to_string().contains("timeout")
+}
+
+/// A PostgreSQL error as a [`StoreError`].
+pub(crate) fn error(e: tokio_postgres::Error) -> StoreError {
+    if transient(&e) {
+        StoreError::Unavailable(describe(&e))
+    } else if e.code().is_some_and(|c| c.code().starts_with("23")) {
+        StoreError::Constraint(describe(&e))
+    } else {
+        StoreError::Query(describe(&e))
+    }
+}
 
 const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
     line       text        NOT NULL,
@@ -28,11 +82,11 @@ async fn under_migration_lock<R>(
     client
         .batch_execute("SET statement_timeout = 0")
         .await
-        .map_err(q)?;
+        .map_err(error)?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await
-        .map_err(q)?;
+        .map_err(error)?;
     let r = f(client).await;
     let _ = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
@@ -47,7 +101,7 @@ async fn table_exists(client: &tokio_postgres::Client, name: &str) -> StoreResul
     Ok(client
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
         .await
-        .map_err(q)?
+        .map_err(error)?
         .get(0))
 }
 
@@ -67,25 +121,30 @@ async fn recorded(client: &tokio_postgres::Client) -> StoreResult<Recorded> {
                 &[],
             )
             .await
-            .map_err(q)?
+            .map_err(error)?
         {
             out.insert(r.get(0), (version(r.get(1))?, r.get(2)));
         }
     }
-    if !out.contains_key("jobs") && table_exists(client, "onus_schema").await? {
+    if !out.contains_key(crate::sql::migrate::LEGACY_JOBS_LINE)
+        && table_exists(client, "onus_schema").await?
+    {
         let v: Option<i32> = client
             .query_one("SELECT max(version) FROM onus_schema", &[])
             .await
-            .map_err(q)?
+            .map_err(error)?
             .get(0);
-        out.insert("jobs".into(), (version(v.unwrap_or(0))?, None));
+        out.insert(
+            crate::sql::migrate::LEGACY_JOBS_LINE.into(),
+            (version(v.unwrap_or(0))?, None),
+        );
     }
-    let legacy = crate::db::migrate::LEGACY_WEBHOOKS_TABLE;
+    let legacy = crate::sql::migrate::LEGACY_WEBHOOKS_TABLE;
     if !out.contains_key("webhooks") && table_exists(client, legacy).await? {
         let v: Option<i64> = client
             .query_one(&format!("SELECT max(version) FROM {legacy}"), &[])
             .await
-            .map_err(q)?
+            .map_err(error)?
             .get(0);
         let v = i32::try_from(v.unwrap_or(0))
             .map_err(|_| StoreError::Open(format!("{legacy} holds no migration version")))?;
@@ -120,16 +179,16 @@ pub(crate) async fn apply_lines(
 ) -> StoreResult<Vec<Applied>> {
     under_migration_lock(client, async |client| {
         let had = recorded(client).await?;
-        client.batch_execute(MIGRATIONS_TABLE).await.map_err(q)?;
+        client.batch_execute(MIGRATIONS_TABLE).await.map_err(error)?;
         let mut out = Vec::new();
-        for line in crate::db::migrate::with_jobs(lines) {
+        for &line in lines {
             let (version, at) = had.get(line.name).copied().unwrap_or((0, None));
             if at.is_none() {
                 for m in line.postgres.iter().take(version as usize) {
-                    record(client, line.name, m.version, m.name).await.map_err(q)?;
+                    record(client, line.name, m.version, m.name).await.map_err(error)?;
                 }
             }
-            for m in line.pending(crate::db::Backend::Postgres, version)? {
+            for m in line.pending(crate::sql::Backend::Postgres, version)? {
                 let run = async {
                     client.batch_execute("BEGIN").await?;
                     client.batch_execute(m.sql).await?;
@@ -138,7 +197,7 @@ pub(crate) async fn apply_lines(
                 };
                 if let Err(e) = run.await {
                     let _ = client.batch_execute("ROLLBACK").await;
-                    return Err(crate::db::migrate::failed(line, m, q(e)));
+                    return Err(crate::sql::migrate::failed(line, m, error(e)));
                 }
                 out.push(Applied {
                     line: line.name.to_string(),
@@ -146,15 +205,15 @@ pub(crate) async fn apply_lines(
                     name: m.name.to_string(),
                 });
             }
-            if line.name == crate::db::JOBS.name {
-                let latest = line.latest(crate::db::Backend::Postgres);
+            if line.name == crate::sql::migrate::LEGACY_JOBS_LINE {
+                let latest = line.latest(crate::sql::Backend::Postgres);
                 client
                     .batch_execute(&format!(
                         "CREATE TABLE IF NOT EXISTS onus_schema (version integer NOT NULL);
                          DELETE FROM onus_schema; INSERT INTO onus_schema (version) VALUES ({latest})"
                     ))
                     .await
-                    .map_err(q)?;
+                    .map_err(error)?;
             }
         }
         Ok(out)
@@ -168,26 +227,27 @@ pub(crate) async fn line_status(
     lines: &[&'static Line],
 ) -> StoreResult<Vec<LineStatus>> {
     let have = recorded(client).await?;
-    Ok(crate::db::migrate::with_jobs(lines)
-        .into_iter()
+    Ok(lines
+        .iter()
         .map(|line| {
             let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
-            LineStatus::of(line, crate::db::Backend::Postgres, v, at)
+            LineStatus::of(line, crate::sql::Backend::Postgres, v, at)
         })
         .collect())
 }
 
-/// The rows of a component's statement.
-pub(crate) async fn rows(
+/// The rows of a statement (`statement`: its text, or the same prepared).
+pub(crate) async fn rows<S>(
     c: &impl GenericClient,
-    sql: &crate::db::Sql,
-    params: &[crate::db::Value],
-) -> StoreResult<Vec<crate::db::Row>> {
+    statement: &S,
+    sql: &crate::sql::Sql,
+    params: &[crate::sql::Value],
+) -> StoreResult<Vec<crate::sql::Row>>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-    let rows = c
-        .query(sql.text(crate::db::Backend::Postgres), &refs)
-        .await
-        .map_err(q)?;
+    let rows = c.query(statement, &refs).await.map_err(error)?;
     let Some(first) = rows.first() else {
         return Ok(Vec::new());
     };
@@ -200,15 +260,15 @@ pub(crate) async fn rows(
         .map(|r| {
             let values = (0..columns.len())
                 .map(|i| {
-                    crate::db::value::from_postgres(r, i).map_err(|problem| StoreError::Decode {
+                    crate::sql::value::from_postgres(r, i).map_err(|problem| StoreError::Decode {
                         table: sql.table,
                         column: columns[i].clone(),
                         problem,
                     })
                 })
                 .collect::<StoreResult<Vec<_>>>()?;
-            Ok(crate::db::Row::new(
-                crate::db::Backend::Postgres,
+            Ok(crate::sql::Row::new(
+                crate::sql::Backend::Postgres,
                 sql.table,
                 columns.clone(),
                 values,
@@ -217,14 +277,15 @@ pub(crate) async fn rows(
         .collect()
 }
 
-/// Runs a component's statement; returns the rows it changed.
-pub(crate) async fn execute(
+/// Runs a statement (its text, or the same prepared); returns the rows it changed.
+pub(crate) async fn execute<S>(
     c: &impl GenericClient,
-    sql: &crate::db::Sql,
-    params: &[crate::db::Value],
-) -> StoreResult<u64> {
+    statement: &S,
+    params: &[crate::sql::Value],
+) -> StoreResult<u64>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-    c.execute(sql.text(crate::db::Backend::Postgres), &refs)
-        .await
-        .map_err(q)
+    c.execute(statement, &refs).await.map_err(error)
 }

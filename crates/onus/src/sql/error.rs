@@ -1,0 +1,88 @@
+//! The errors of the database: what went wrong and what to do about it, for every layer that
+//! reaches the database (the job store and the components above it alike).
+
+use serde::Serialize;
+
+/// A storage failure, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened or set up.
+    #[error("{0}")]
+    Open(String),
+    /// The database URL is not one Onus understands.
+    #[error("{0}")]
+    BadUrl(String),
+    /// A query failed: the database refused it.
+    #[error("database error: {0}")]
+    Query(String),
+    /// The database cannot be reached or cannot take the write now (connection lost, timed out,
+    /// locked by another process, shutting down): the same call may work later.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The store's background writer is gone (the process is shutting down).
+    #[error("the store is closed")]
+    Closed,
+    /// No job with that id.
+    #[error("no job with id {0}")]
+    NotFound(i64),
+    /// The action does not apply to the job in its current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The write broke a rule of the schema (a unique key, a check, a foreign key).
+    #[error("the database refused the write: {0}")]
+    Constraint(String),
+    /// A stored value could not be read as its type: the schema and the code disagree, or the
+    /// row was changed by hand.
+    #[error("cannot read column {column} of {table}: {problem}")]
+    Decode {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: String,
+        /// What was wrong with it.
+        problem: String,
+    },
+    /// A component's operation failed and its transaction was rolled back (its own error is
+    /// returned to its caller).
+    #[error("the operation failed and its transaction was rolled back")]
+    Aborted,
+}
+
+impl StoreError {
+    /// True when the same call may work later without any change (see [`StoreError::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// Whose fault it is: a missing job, a conflicting state or a bad URL is the caller's; the
+    /// rest is the service's (a broken constraint too: the job layer checks what callers send, so
+    /// a write the schema refuses is a bug or a race on the service's side).
+    pub fn fault(&self) -> Fault {
+        match self {
+            StoreError::NotFound(_) | StoreError::Conflict(_) | StoreError::BadUrl(_) => {
+                Fault::Caller
+            }
+            StoreError::Constraint(_)
+            | StoreError::Open(_)
+            | StoreError::Query(_)
+            | StoreError::Unavailable(_)
+            | StoreError::Closed
+            | StoreError::Decode { .. }
+            | StoreError::Aborted => Fault::Service,
+        }
+    }
+}
+
+/// Whose fault an error is, so a front door maps every component's errors to a status in one
+/// place: the caller's (bad input, not found, conflict: 4xx) or the service's (5xx).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// The caller sent something wrong or asked for something absent.
+    Caller,
+    /// The service could not do what was asked.
+    Service,
+}
+
+/// Result alias for stores.
+pub type StoreResult<T> = Result<T, StoreError>;

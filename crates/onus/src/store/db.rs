@@ -1,0 +1,214 @@
+//! The job store's database as the layers above reach it: [`Db`], a component's handle on it
+//! (its own transactions, batched with job writes on SQLite), [`JobTx`], the job store's
+//! operations inside any open transaction (the outbox), and [`JOBS`], the job tables' migrations.
+
+use std::sync::{Arc, Mutex};
+
+use crate::sql::{AnyTx, Engine, FromRow, Line, LocalFuture, Sql, Tx, TxFn, Value};
+use crate::store::{Finish, InsertRow, Inserted, Store, StoreError, StoreResult};
+
+/// The job store's operations inside an open transaction: on [`Db::tx`]'s, or on the caller's
+/// own ([`crate::sql::SqliteTx`], [`crate::sql::PgTx`]).
+#[allow(async_fn_in_trait)] // Send-ness follows the concrete transaction
+pub trait JobTx: Tx {
+    /// Inserts a job (prepared with [`crate::Client::prepare`]) in this transaction: it commits
+    /// with the transaction or not at all.
+    async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
+        match self.engine() {
+            Engine::Sqlite(conn) => crate::store::sqlite::insert_tx(conn, row),
+            Engine::PostgresTx(t) => crate::store::postgres::insert_tx(t, row).await,
+            Engine::PooledTx(t) => crate::store::postgres::insert_pooled(t, row).await,
+            Engine::PooledClient(c) => crate::store::postgres::insert_tx(&***c, row).await,
+        }
+    }
+
+    /// Records a finished attempt in this transaction, guarded like [`Store::finish`] (the job
+    /// must still be running this attempt for its owner): false when it was not. Handlers use it
+    /// through [`crate::JobContext::complete_with`].
+    async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
+        match self.engine() {
+            Engine::Sqlite(conn) => crate::store::sqlite::finish_one(conn, finish, false),
+            Engine::PostgresTx(t) => crate::store::postgres::finish_in(t, finish).await,
+            Engine::PooledTx(t) => crate::store::postgres::finish_in(t, finish).await,
+            Engine::PooledClient(_) => Err(StoreError::Query(
+                "a finished attempt is recorded inside a transaction, not on a bare connection"
+                    .into(),
+            )),
+        }
+    }
+}
+
+impl<T: Tx + ?Sized> JobTx for T {}
+
+/// A component's handle on the job store's database.
+#[derive(Debug, Clone)]
+pub struct Db {
+    store: Arc<dyn Store>,
+}
+
+impl Db {
+    /// The database of `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Db { store }
+    }
+
+    /// The job store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Runs `op` in one transaction (on SQLite in the single writer, batched with job writes; on
+    /// PostgreSQL on a pooled connection): committed when it returns `Ok`, rolled back when it
+    /// returns an error (which is returned as it was).
+    pub async fn tx<R, E, F>(&self, op: F) -> Result<R, E>
+    where
+        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.run(op, false).await
+    }
+
+    /// Runs read-only `op` on a read connection (no transaction on PostgreSQL).
+    pub async fn read<R, E, F>(&self, op: F) -> Result<R, E>
+    where
+        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.run(op, true).await
+    }
+
+    async fn run<R, E, F>(&self, op: F, read_only: bool) -> Result<R, E>
+    where
+        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        run_on(&*self.store, op, read_only).await
+    }
+
+    /// Runs one statement in its own transaction and returns its rows as `R`.
+    pub async fn fetch<R: FromRow + Send + 'static>(
+        &self,
+        sql: &'static Sql,
+        params: Vec<Value>,
+    ) -> StoreResult<Vec<R>> {
+        self.tx(move |tx| Box::pin(async move { tx.fetch(sql, &params).await }))
+            .await
+    }
+
+    /// Reads with one statement and returns its rows as `R`.
+    pub async fn read_rows<R: FromRow + Send + 'static>(
+        &self,
+        sql: &'static Sql,
+        params: Vec<Value>,
+    ) -> StoreResult<Vec<R>> {
+        self.read(move |tx| Box::pin(async move { tx.fetch(sql, &params).await }))
+            .await
+    }
+
+    /// Runs one statement in its own transaction; returns how many rows it changed.
+    pub async fn execute(&self, sql: &'static Sql, params: Vec<Value>) -> StoreResult<u64> {
+        self.tx(move |tx| Box::pin(async move { tx.execute(sql, &params).await }))
+            .await
+    }
+}
+
+/// Runs `op` on `store` in one transaction (or, `read_only`, on a read connection) and returns
+/// its answer: how a flow written once over [`Tx`] runs on either backend.
+pub(crate) async fn run_on<S, R, E, F>(store: &S, op: F, read_only: bool) -> Result<R, E>
+where
+    S: Store + ?Sized,
+    F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
+    R: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    type Slot<R, E> = Arc<Mutex<Option<Result<R, E>>>>;
+    let slot: Slot<R, E> = Arc::new(Mutex::new(None));
+    let out = slot.clone();
+    let f: TxFn = Box::new(move |tx| {
+        Box::pin(async move {
+            let r = op(tx).await;
+            let failed = r.is_err();
+            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            if failed {
+                Err(StoreError::Aborted)
+            } else {
+                Ok(())
+            }
+        })
+    });
+    let ran = if read_only {
+        store.read_only(f).await
+    } else {
+        store.transaction(f).await
+    };
+    let answer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match (answer, ran) {
+        (Some(Err(e)), _) => Err(e),
+        (Some(Ok(v)), Ok(())) => Ok(v),
+        (_, Err(e)) => Err(e.into()),
+        (None, Ok(())) => Err(StoreError::Query("the operation did not run".into()).into()),
+    }
+}
+
+/// Runs a flow in one transaction on `store`.
+pub(crate) async fn write<S, R, F>(store: &S, op: F) -> StoreResult<R>
+where
+    S: Store + ?Sized,
+    F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreResult<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    run_on(store, op, false).await
+}
+
+/// Runs a read-only flow on a read connection of `store`.
+pub(crate) async fn read<S, R, F>(store: &S, op: F) -> StoreResult<R>
+where
+    S: Store + ?Sized,
+    F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreResult<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    run_on(store, op, true).await
+}
+
+/// The job layer's tables.
+pub static JOBS: Line = Line {
+    name: "jobs",
+    sqlite: crate::migrations!(
+        "../../migrations/jobs/sqlite",
+        "001_jobs.sql",
+        "002_tags_and_queues.sql",
+        "003_counts.sql",
+        "004_drop_running_by_owner.sql",
+        "005_inserts_count_themselves.sql",
+        "006_key_pauses.sql",
+        "007_progress_and_results.sql",
+        "008_periodic_pause.sql",
+        "009_rate_keys.sql"
+    ),
+    postgres: crate::migrations!(
+        "../../migrations/jobs/postgres",
+        "001_jobs.sql",
+        "002_tags_and_queues.sql",
+        "003_counts.sql",
+        "004_drop_running_by_owner.sql",
+        "005_counted_update_without_join.sql",
+        "006_key_pauses.sql",
+        "007_progress_and_results.sql",
+        "008_periodic_pause.sql",
+        "009_rate_keys.sql"
+    ),
+};
+
+/// The job layer's line followed by `lines`, without duplicates.
+pub fn with_jobs(lines: &[&'static Line]) -> Vec<&'static Line> {
+    let mut out: Vec<&'static Line> = vec![&JOBS];
+    for l in lines {
+        if !out.iter().any(|o| o.name == l.name) {
+            out.push(l);
+        }
+    }
+    out
+}

@@ -1,0 +1,374 @@
+//! Lease keys and their pauses, written once for both backends over [`Tx`]: a key paused until a
+//! time (its waiting jobs held), resumed, listed; a lease slot given back, waking the job that has
+//! waited longest for it.
+//!
+//! A key's writes take the key's lock first ([`lock_key`]: an advisory lock on PostgreSQL,
+//! nothing on SQLite's one writer), so a pause, a resume, a lease taken and a lease given back
+//! never interleave.
+
+use crate::clock::Timestamp;
+use crate::job::JobId;
+use crate::sql::{FromRow, Row, Sql, StoreResult, Tx};
+use std::time::Duration;
+
+use crate::store::{PauseMode, PausedKey};
+
+const PAUSES: &str = "onus_key_pauses";
+const JOBS: &str = "onus_jobs";
+const LEASES: &str = "onus_leases";
+
+/// Takes `key`'s lock until the transaction ends.
+pub(crate) async fn lock_key<T: Tx + ?Sized>(tx: &T, key: &str) -> StoreResult<()> {
+    tx.lock(&format!("onus.lease:{key}")).await
+}
+
+// An operator's pause replaces the one in force; one asked by an answer (`$5`, extend) only
+// lengthens it.
+static PAUSE: Sql = Sql::new(
+    PAUSES,
+    "INSERT INTO onus_key_pauses (key, until, paused_at, reason) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (key) DO UPDATE SET
+        until = CASE WHEN $5 AND onus_key_pauses.until > $3 AND onus_key_pauses.until > excluded.until
+                     THEN onus_key_pauses.until ELSE excluded.until END,
+        paused_at = excluded.paused_at, reason = excluded.reason
+     RETURNING until",
+);
+
+static HOLD: Sql = Sql::new(
+    JOBS,
+    "UPDATE onus_jobs SET state = 'scheduled', run_at = $1, lease_wait = TRUE
+     WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
+       AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4",
+);
+
+static HELD: Sql = Sql::new(
+    JOBS,
+    "SELECT count(*) AS n FROM onus_jobs
+     WHERE (lease_key = $1 OR rate_key = $1) AND state = 'scheduled' AND lease_wait = TRUE",
+);
+
+static UNPAUSE: Sql = Sql::new(
+    PAUSES,
+    "DELETE FROM onus_key_pauses WHERE key = $1 RETURNING until",
+);
+
+static RELEASE_HELD: Sql = Sql::per_backend(
+    JOBS,
+    "UPDATE onus_jobs SET run_at = $1, lease_wait = FALSE
+     WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait = TRUE",
+    // Each queue with a job set free hears of it.
+    "WITH r AS (
+        UPDATE onus_jobs SET run_at = $1, lease_wait = false
+        WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait RETURNING queue
+     ), n AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM r) d)
+     SELECT (SELECT count(*) FROM r) AS n, (SELECT count(*) FROM n) AS notified",
+);
+
+static PAUSED_UNTIL: Sql = Sql::new(
+    PAUSES,
+    "SELECT until FROM onus_key_pauses WHERE key = $1 AND until > $2",
+);
+
+static PAUSED_KEYS: Sql = Sql::new(
+    PAUSES,
+    "SELECT p.key, p.until, p.paused_at, p.reason,
+        (SELECT count(*) FROM onus_jobs j WHERE (j.lease_key = p.key OR j.rate_key = p.key)
+            AND j.state = 'scheduled' AND j.lease_wait = TRUE) AS held
+     FROM onus_key_pauses p WHERE p.until > $1 ORDER BY p.key",
+);
+
+static BUSY_UNTIL: Sql = Sql::new(
+    LEASES,
+    "SELECT MAX(busy_until) AS busy_until FROM onus_leases WHERE key = $1",
+);
+
+static FREE_SLOT: Sql = Sql::new(
+    LEASES,
+    "DELETE FROM onus_leases WHERE key = $1 AND job_id = $2",
+);
+
+// The job that has waited longest for this key and still sleeps (one woken earlier and not yet
+// claimed is passed over: this release frees another slot); only jobs waiting for the lease. It
+// wakes due since its creation, not since now: it was claimed before the jobs still waiting in
+// the queue, and a claim takes the longest due first, so it runs before later jobs of the same
+// key take the slot and send it back to sleep.
+static WAKE_WAITER: Sql = Sql::per_backend(
+    JOBS,
+    "UPDATE onus_jobs SET run_at = min(created_at, $1) WHERE id = (
+        SELECT id FROM onus_jobs WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait = 1
+        AND id != $3 AND run_at > $1 ORDER BY run_at, id LIMIT 1
+     )",
+    "WITH w AS (
+        SELECT id FROM onus_jobs WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait AND id != $3
+          AND run_at > $1
+        ORDER BY run_at, id LIMIT 1
+     ), woken AS (
+        UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1) FROM w WHERE j.id = w.id RETURNING j.queue
+     )
+     SELECT pg_notify('onus_jobs', queue) FROM woken",
+);
+
+struct Count(i64);
+
+impl FromRow for Count {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Count(r.get("n")?))
+    }
+}
+
+impl FromRow for PausedKey {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(PausedKey {
+            key: r.get("key")?,
+            until: r.get("until")?,
+            paused_at: r.get("paused_at")?,
+            reason: r.get("reason")?,
+            held: r.get::<i64>("held")?.max(0) as u64,
+        })
+    }
+}
+
+/// Pauses `key` until `until` and holds its waiting jobs that are due by then (all but `except`,
+/// the job whose answer paused it): `scheduled` until the pause ends, `lease_wait` marking them
+/// held. Jobs due later are held if a claim reaches them during the pause. The caller holds the
+/// key's lock. Returns how many jobs it held.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn hold<T: Tx + ?Sized>(
+    tx: &T,
+    key: &str,
+    until: Timestamp,
+    now: Timestamp,
+    reason: &str,
+    mode: PauseMode,
+    except: Option<JobId>,
+) -> StoreResult<u64> {
+    let rows = tx
+        .query(
+            &PAUSE,
+            &[
+                key.into(),
+                until.into(),
+                now.into(),
+                reason.into(),
+                matches!(mode, PauseMode::Extend).into(),
+            ],
+        )
+        .await?;
+    let until: Timestamp = match rows.first() {
+        Some(r) => r.get("until")?,
+        None => until,
+    };
+    tx.execute(
+        &HOLD,
+        &[
+            until.into(),
+            key.into(),
+            now.into(),
+            except.unwrap_or(0).into(),
+        ],
+    )
+    .await
+}
+
+/// Pauses `key` (see [`crate::Store::pause_key`]); how many jobs the pause holds.
+pub(crate) async fn pause<T: Tx + ?Sized>(
+    tx: &T,
+    key: &str,
+    until: Timestamp,
+    now: Timestamp,
+    reason: &str,
+    mode: PauseMode,
+) -> StoreResult<u64> {
+    lock_key(tx, key).await?;
+    hold(tx, key, until, now, reason, mode, None).await?;
+    held(tx, key).await
+}
+
+/// How many jobs `key`'s pause holds.
+pub(crate) async fn held<T: Tx + ?Sized>(tx: &T, key: &str) -> StoreResult<u64> {
+    let n: Option<Count> = tx.fetch_opt(&HELD, &[key.into()]).await?;
+    Ok(n.map_or(0, |c| c.0.max(0) as u64))
+}
+
+/// Ends `key`'s pause and makes its held jobs due at `now`: how many, or `None` when the key was
+/// not paused at `now`.
+pub(crate) async fn resume<T: Tx + ?Sized>(
+    tx: &T,
+    key: &str,
+    now: Timestamp,
+) -> StoreResult<Option<u64>> {
+    lock_key(tx, key).await?;
+    let was = tx.query(&UNPAUSE, &[key.into()]).await?;
+    let in_force = match was.first() {
+        Some(r) => r.get::<Timestamp>("until")? > now,
+        None => false,
+    };
+    if !in_force {
+        return Ok(None);
+    }
+    let n = match tx.backend() {
+        crate::sql::Backend::Sqlite => tx.execute(&RELEASE_HELD, &[now.into(), key.into()]).await?,
+        crate::sql::Backend::Postgres => {
+            let c: Option<Count> = tx
+                .fetch_opt(&RELEASE_HELD, &[now.into(), key.into()])
+                .await?;
+            c.map_or(0, |c| c.0.max(0) as u64)
+        }
+    };
+    Ok(Some(n))
+}
+
+/// When `key`'s pause in force at `now` ends, if it is paused.
+pub(crate) async fn paused_until<T: Tx + ?Sized>(
+    tx: &T,
+    key: &str,
+    now: Timestamp,
+) -> StoreResult<Option<Timestamp>> {
+    let rows = tx.query(&PAUSED_UNTIL, &[key.into(), now.into()]).await?;
+    rows.first().map(|r| r.get("until")).transpose()
+}
+
+/// The keys paused at `now`, with how many jobs each holds.
+pub(crate) async fn paused_keys<T: Tx + ?Sized>(
+    tx: &T,
+    now: Timestamp,
+) -> StoreResult<Vec<PausedKey>> {
+    tx.fetch(&PAUSED_KEYS, &[now.into()]).await
+}
+
+/// Until when `key`'s busiest slot is held, if any is.
+pub(crate) async fn busy_until<T: Tx + ?Sized>(
+    tx: &T,
+    key: &str,
+) -> StoreResult<Option<Timestamp>> {
+    let rows = tx.query(&BUSY_UNTIL, &[key.into()]).await?;
+    Ok(rows
+        .first()
+        .map(|r| r.get::<Option<Timestamp>>("busy_until"))
+        .transpose()?
+        .flatten())
+}
+
+/// Frees `job`'s slot of lease `key` and wakes the job that has waited longest for the key. The
+/// caller holds the key's lock.
+pub(crate) async fn release<T: Tx + ?Sized>(
+    tx: &T,
+    key: &str,
+    job: JobId,
+    now: Timestamp,
+) -> StoreResult<()> {
+    let freed = tx.execute(&FREE_SLOT, &[key.into(), job.into()]).await?;
+    if freed > 0 {
+        tx.execute(&WAKE_WAITER, &[now.into(), key.into(), job.into()])
+            .await?;
+    }
+    Ok(())
+}
+
+/// A slot of a lease key as stored: the slot, the job holding it, and until when.
+pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
+
+/// A running job asking for a slot of a lease key, as the runtime asks a store.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseAsk<'a> {
+    pub key: &'a str,
+    pub slots: u32,
+    pub job: &'a crate::Job,
+    pub owner: &'a str,
+    pub now: crate::Timestamp,
+    /// Until when the slot is held (unless renewed).
+    pub until: crate::Timestamp,
+}
+
+impl LeaseAsk<'_> {
+    /// The slot the job takes: the one it already holds, or the first one free or expired;
+    /// `None` when every slot is busy.
+    pub(crate) fn free_slot(&self, held: &[SlotRow]) -> Option<u32> {
+        held.iter()
+            .find(|(_, j, _)| *j == self.job.id)
+            .map(|(s, _, _)| *s)
+            .or_else(|| {
+                (0..self.slots.max(1)).find(|s| {
+                    held.iter()
+                        .find(|(hs, _, _)| hs == s)
+                        .is_none_or(|(_, _, busy)| *busy <= self.now)
+                })
+            })
+    }
+
+    /// The hold written when the key is paused until `until`: attempt given back, nothing in the
+    /// job's history (see [`crate::outcome::Transition::Hold`]).
+    pub(crate) fn paused_hold(&self, until: crate::Timestamp) -> crate::store::Finish {
+        crate::store::Finish {
+            id: self.job.id,
+            owner: self.owner.to_string(),
+            attempt: self.job.attempt,
+            transition: crate::outcome::Transition::Hold { run_at: until },
+            now: self.now,
+            release_lease: None,
+            periodic: None,
+            expired_before: None,
+            result: None,
+        }
+    }
+
+    /// The snooze written when every slot is busy: no attempt spent, until the earliest slot
+    /// frees, or a slot's lease after the latest other waiter (`last_waiter`), so waiters whose
+    /// holder died wake one by one.
+    pub(crate) fn busy_snooze(
+        &self,
+        held: &[SlotRow],
+        last_waiter: Option<crate::Timestamp>,
+    ) -> crate::store::Finish {
+        let slots = self.slots.max(1);
+        let now = self.now;
+        let free_at = held
+            .iter()
+            .map(|(_, _, b)| *b)
+            .min()
+            .unwrap_or(now)
+            .max(now);
+        let spacing = (self.until - now).to_std().unwrap_or_default() / slots;
+        let run_at = lease_waiter_wakes_at(free_at, last_waiter, spacing);
+        crate::store::Finish {
+            id: self.job.id,
+            owner: self.owner.to_string(),
+            attempt: self.job.attempt,
+            transition: crate::outcome::Transition::Snooze {
+                run_at,
+                entry: crate::job::HistoryEntry {
+                    at: now,
+                    attempt: self.job.attempt,
+                    class: crate::job::EntryClass::Snooze,
+                    message: format!(
+                        "lease key {} busy ({} of {slots} slots held)",
+                        self.key,
+                        held.len()
+                    ),
+                },
+                pause_key: None,
+            },
+            now,
+            release_lease: None,
+            periodic: None,
+            expired_before: None,
+            result: None,
+        }
+    }
+}
+
+/// When a job that found lease key busy wakes on its own: the first waiter when the earliest slot
+/// frees (`free_at`); each later one a slot's lease (`spacing`) after the waiter before it. A
+/// release wakes the longest waiter at once, so waiters normally run one after another, woken in
+/// order; these times only matter when a release never comes (its holder died), and then they
+/// wake one by one instead of all at once as a herd that finds the key busy again.
+fn lease_waiter_wakes_at(
+    free_at: Timestamp,
+    last_waiter: Option<Timestamp>,
+    spacing: Duration,
+) -> Timestamp {
+    match last_waiter {
+        Some(last) if last >= free_at => crate::clock::add(last, spacing),
+        _ => free_at,
+    }
+}

@@ -1,0 +1,216 @@
+//! The job store's upkeep, written once for both backends over [`Tx`]: leadership, alerts raised
+//! by exhausted jobs, and retention (pruning finished jobs and spent bookkeeping rows).
+
+use crate::clock::Timestamp;
+use crate::sql::{FromRow, Row, Sql, StoreResult, Tx};
+use crate::store::{Alert, Retention};
+
+const LEADER: &str = "onus_leader";
+const ALERTS: &str = "onus_alerts";
+const JOBS: &str = "onus_jobs";
+
+static TRY_LEAD: Sql = Sql::new(
+    LEADER,
+    "INSERT INTO onus_leader (name, holder, expires_at) VALUES ($1, $2, $3)
+     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+     WHERE onus_leader.holder = excluded.holder OR onus_leader.expires_at < $4
+     RETURNING holder",
+);
+
+static RESIGN: Sql = Sql::new(
+    LEADER,
+    "DELETE FROM onus_leader WHERE name = $1 AND holder = $2",
+);
+
+/// Takes or keeps the lease `name` for `holder` until `until`: true when `holder` holds it.
+pub(crate) async fn try_lead<T: Tx + ?Sized>(
+    tx: &T,
+    name: &str,
+    holder: &str,
+    now: Timestamp,
+    until: Timestamp,
+) -> StoreResult<bool> {
+    let rows = tx
+        .query(
+            &TRY_LEAD,
+            &[name.into(), holder.into(), until.into(), now.into()],
+        )
+        .await?;
+    match rows.first() {
+        Some(r) => Ok(r.get::<String>("holder")? == holder),
+        None => Ok(false),
+    }
+}
+
+/// Gives up the lease `name` if `holder` holds it.
+pub(crate) async fn resign<T: Tx + ?Sized>(tx: &T, name: &str, holder: &str) -> StoreResult<()> {
+    tx.execute(&RESIGN, &[name.into(), holder.into()]).await?;
+    Ok(())
+}
+
+static ALERTS_NEWEST: Sql = Sql::new(
+    ALERTS,
+    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
+     WHERE $1 OR acked_at IS NULL ORDER BY id DESC LIMIT $2",
+);
+
+static ALERTS_OPEN_FIRST: Sql = Sql::new(
+    ALERTS,
+    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts
+     ORDER BY CASE WHEN acked_at IS NULL THEN 0 ELSE 1 END, id DESC LIMIT $1",
+);
+
+static ALERT: Sql = Sql::new(
+    ALERTS,
+    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts WHERE id = $1",
+);
+
+static OPEN_ALERTS_UPTO: Sql = Sql::new(
+    ALERTS,
+    "SELECT COUNT(*) AS n FROM (SELECT id FROM onus_alerts WHERE acked_at IS NULL LIMIT $1) AS o",
+);
+
+static ACK_ALERT: Sql = Sql::new(
+    ALERTS,
+    "UPDATE onus_alerts SET acked_at = COALESCE(acked_at, $1) WHERE id = $2",
+);
+
+static ACK_ALL_ALERTS: Sql = Sql::new(
+    ALERTS,
+    "UPDATE onus_alerts SET acked_at = $1 WHERE acked_at IS NULL",
+);
+
+impl FromRow for Alert {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Alert {
+            id: r.get("id")?,
+            job_id: r.get("job_id")?,
+            kind: r.get("kind")?,
+            message: r.get("message")?,
+            created_at: r.get("created_at")?,
+            acked_at: r.get("acked_at")?,
+        })
+    }
+}
+
+/// How alerts are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AlertOrder {
+    /// Newest first; acknowledged ones only when asked.
+    Newest {
+        /// Acknowledged alerts too.
+        include_acked: bool,
+    },
+    /// Open ones first, newest first within each.
+    OpenFirst,
+}
+
+/// Up to `limit` alerts in `order`.
+pub(crate) async fn alerts<T: Tx + ?Sized>(
+    tx: &T,
+    order: AlertOrder,
+    limit: usize,
+) -> StoreResult<Vec<Alert>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    match order {
+        AlertOrder::Newest { include_acked } => {
+            tx.fetch(&ALERTS_NEWEST, &[include_acked.into(), limit.into()])
+                .await
+        }
+        AlertOrder::OpenFirst => tx.fetch(&ALERTS_OPEN_FIRST, &[limit.into()]).await,
+    }
+}
+
+/// One alert, if there is one with that id.
+pub(crate) async fn alert<T: Tx + ?Sized>(tx: &T, id: i64) -> StoreResult<Option<Alert>> {
+    tx.fetch_opt(&ALERT, &[id.into()]).await
+}
+
+struct Count(i64);
+
+impl FromRow for Count {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Count(r.get("n")?))
+    }
+}
+
+/// How many alerts are open, counting no further than `cap`.
+pub(crate) async fn open_alerts_upto<T: Tx + ?Sized>(tx: &T, cap: u64) -> StoreResult<u64> {
+    let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+    let n: Option<Count> = tx.fetch_opt(&OPEN_ALERTS_UPTO, &[cap.into()]).await?;
+    Ok(n.map_or(0, |c| c.0.max(0) as u64))
+}
+
+/// Acknowledges an alert (again: keeps the first time); false when there is none with that id.
+pub(crate) async fn ack_alert<T: Tx + ?Sized>(
+    tx: &T,
+    id: i64,
+    now: Timestamp,
+) -> StoreResult<bool> {
+    Ok(tx.execute(&ACK_ALERT, &[now.into(), id.into()]).await? > 0)
+}
+
+/// Acknowledges every open alert in one statement; how many it acknowledged.
+pub(crate) async fn ack_all_alerts<T: Tx + ?Sized>(tx: &T, now: Timestamp) -> StoreResult<u64> {
+    tx.execute(&ACK_ALL_ALERTS, &[now.into()]).await
+}
+
+static PRUNE_COMPLETED: Sql = Sql::new(
+    JOBS,
+    "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
+     WHERE state = 'completed' AND finalized_at IS NOT NULL AND finalized_at < $1 LIMIT $2)",
+);
+
+// One statement per state, so each uses its state's partial index.
+static PRUNE_IN_STATE: Sql = Sql::new(
+    JOBS,
+    "DELETE FROM onus_jobs WHERE id IN (SELECT id FROM onus_jobs
+     WHERE state = $1 AND finalized_at IS NOT NULL AND finalized_at < $2 LIMIT $3)",
+);
+
+static PRUNE_RATE_WINDOWS: Sql = Sql::new(
+    "onus_rate_windows",
+    "DELETE FROM onus_rate_windows WHERE window_end < $1",
+);
+
+static PRUNE_LEASES: Sql = Sql::new(
+    "onus_leases",
+    "DELETE FROM onus_leases WHERE busy_until < $1",
+);
+
+static PRUNE_KEY_PAUSES: Sql = Sql::new(
+    "onus_key_pauses",
+    "DELETE FROM onus_key_pauses WHERE until < $1",
+);
+
+/// Deletes up to `limit` finished jobs of each kind of ending past their retention, and the rate
+/// windows, lease slots (an hour after they lapsed) and key pauses that have ended; how many jobs
+/// it deleted.
+pub(crate) async fn prune<T: Tx + ?Sized>(
+    tx: &T,
+    now: Timestamp,
+    retention: Retention,
+    limit: usize,
+) -> StoreResult<u64> {
+    // Never before 1970 (PostgreSQL's range ends earlier than chrono's; no job finished then).
+    let floor = chrono::DateTime::UNIX_EPOCH;
+    let completed_before = crate::clock::sub(now, retention.completed).max(floor);
+    let discarded_before = crate::clock::sub(now, retention.discarded).max(floor);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut n = tx
+        .execute(&PRUNE_COMPLETED, &[completed_before.into(), limit.into()])
+        .await?;
+    for state in ["discarded", "cancelled"] {
+        n += tx
+            .execute(
+                &PRUNE_IN_STATE,
+                &[state.into(), discarded_before.into(), limit.into()],
+            )
+            .await?;
+    }
+    tx.execute(&PRUNE_RATE_WINDOWS, &[now.into()]).await?;
+    let stale = now - chrono::TimeDelta::hours(1);
+    tx.execute(&PRUNE_LEASES, &[stale.into()]).await?;
+    tx.execute(&PRUNE_KEY_PAUSES, &[now.into()]).await?;
+    Ok(n)
+}
