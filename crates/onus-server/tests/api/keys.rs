@@ -63,6 +63,10 @@ pub async fn a_key_is_paused_listed_and_resumed_through_the_api(w: World) {
     assert_eq!(s, 200);
     assert_eq!(list["keys"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["keys"][0]["until"], p["until"]);
+    assert_eq!(
+        list["keys"][0]["paused_at"], p["paused_at"],
+        "the pause's answer shows the times as stored"
+    );
     // Only the other customer's job is handed out; the held ones spent nothing.
     let got = claim(&w, &["sync.customer"], 10).await;
     assert_eq!(

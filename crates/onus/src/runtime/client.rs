@@ -429,7 +429,7 @@ impl Client {
         Ok(crate::store::PausedKey {
             key: key.to_string(),
             until,
-            paused_at: now,
+            paused_at: clock::trunc(now),
             reason,
             held,
         })

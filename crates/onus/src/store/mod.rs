@@ -19,6 +19,8 @@ use crate::outcome::Transition;
 use crate::sql::migrate::Applied;
 use crate::sql::{Line, LineStatus};
 
+pub(crate) mod attempts;
+pub(crate) mod counts;
 pub(crate) mod db;
 pub(crate) mod keys;
 pub(crate) mod maintenance;
@@ -736,7 +738,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         owner: &str,
         attempt: u32,
         progress: &crate::job::Progress,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<bool> {
+        let (owner, progress) = (owner.to_string(), progress.clone());
+        db::write(self, move |tx| {
+            Box::pin(async move { attempts::progress(tx, id, &owner, attempt, &progress).await })
+        })
+        .await
+    }
 
     /// Pauses lease key `key` until `until`: its waiting jobs due by then are held (`scheduled`
     /// until the pause ends, no attempt spent and nothing written to their history), and a job of
@@ -901,16 +909,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Job counts per state, kind and queue, read from counters that triggers keep in the same
     /// transaction as every change of a job (so the cost never grows with the number of jobs).
-    async fn counts(&self) -> StoreResult<Vec<CountRow>>;
+    async fn counts(&self) -> StoreResult<Vec<CountRow>> {
+        db::read(self, |tx| Box::pin(counts::current(tx))).await
+    }
 
     /// How many jobs reached completed, retryable or discarded in each minute from `since` on, per
     /// kind. Read from the history the counters' triggers keep, never from the jobs.
-    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>>;
+    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>> {
+        db::read(self, move |tx| Box::pin(counts::history(tx, since))).await
+    }
 
     /// Folds the counters' pending changes into their totals (PostgreSQL appends changes so that
     /// writers never wait on one counter row) and drops history older than `keep_since`. The
     /// maintenance leader calls it; counts and history are exact whether or not it has run.
-    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()>;
+    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()> {
+        db::write(self, move |tx| Box::pin(counts::fold(tx, keep_since))).await
+    }
 
     /// The database's clock, read for measurement only (decisions use the runtime's clock). The
     /// default is this machine's clock: an embedded database shares it.

@@ -1553,28 +1553,6 @@ impl Store for PostgresStore {
         Ok(decision)
     }
 
-    async fn report_progress(
-        &self,
-        id: JobId,
-        owner: &str,
-        attempt: u32,
-        progress: &crate::job::Progress,
-    ) -> StoreResult<bool> {
-        let c = self.client().await?;
-        let p = serde_json::to_value(progress).map_err(|e| StoreError::Query(e.to_string()))?;
-        // Found by id; coalesce() keeps the planner off the partial indexes of running jobs, as
-        // in `finish`.
-        let n = c
-            .execute(
-                "UPDATE onus_jobs SET progress = $4
-                 WHERE id = $1 AND coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $2 AND attempt = $3",
-                &[&id, &owner, &(attempt as i32), &p],
-            )
-            .await
-            .map_err(q)?;
-        Ok(n > 0)
-    }
-
     async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(q)?;
@@ -1614,87 +1592,6 @@ impl Store for PostgresStore {
             tx.rollback().await.map_err(q)?;
         }
         Ok(out)
-    }
-
-    async fn counts(&self) -> StoreResult<Vec<CountRow>> {
-        let c = self.client().await?;
-        // The folded totals plus the changes not yet folded: one snapshot, so exact.
-        let rows = c
-            .query(
-                "SELECT state, kind, queue, sum(n)::bigint FROM (
-                     SELECT queue, kind, state, n FROM onus_job_counts
-                     UNION ALL SELECT queue, kind, state, n FROM onus_job_deltas) AS c
-                 GROUP BY state, kind, queue HAVING sum(n) <> 0",
-                &[],
-            )
-            .await
-            .map_err(q)?;
-        rows.iter()
-            .map(|r| {
-                let state: String = r.get(0);
-                Ok(CountRow {
-                    state: state.parse().map_err(StoreError::Query)?,
-                    kind: r.get(1),
-                    queue: r.get(2),
-                    count: r.get::<_, i64>(3).max(0) as u64,
-                })
-            })
-            .collect()
-    }
-
-    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>> {
-        let c = self.client().await?;
-        let rows = c
-            .query(
-                "SELECT minute, kind, state, sum(n)::bigint FROM (
-                     SELECT minute, kind, state, n FROM onus_job_history WHERE minute >= $1
-                     UNION ALL SELECT minute, kind, state, n FROM onus_job_deltas
-                     WHERE minute IS NOT NULL AND minute >= $1) AS h
-                 GROUP BY minute, kind, state ORDER BY minute, kind, state",
-                &[&since],
-            )
-            .await
-            .map_err(q)?;
-        rows.iter()
-            .map(|r| {
-                let state: String = r.get(2);
-                Ok(HistoryRow {
-                    minute: r.get(0),
-                    kind: r.get(1),
-                    state: state.parse().map_err(StoreError::Query)?,
-                    count: r.get::<_, i64>(3).max(0) as u64,
-                })
-            })
-            .collect()
-    }
-
-    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()> {
-        let c = self.client().await?;
-        // One statement: the deltas it deletes are the ones it adds, atomically. A delta appended
-        // meanwhile is not in its snapshot and waits for the next fold.
-        c.execute(
-            "WITH d AS (DELETE FROM onus_job_deltas RETURNING queue, kind, state, minute, n),
-             c AS (
-                 INSERT INTO onus_job_counts AS t (queue, kind, state, n)
-                 SELECT queue, kind, state, sum(n) FROM d GROUP BY queue, kind, state
-                 ON CONFLICT (queue, kind, state) DO UPDATE SET n = t.n + excluded.n)
-             INSERT INTO onus_job_history AS t (minute, kind, state, n)
-             SELECT minute, kind, state, sum(n) FROM d WHERE minute IS NOT NULL GROUP BY minute, kind, state
-             ON CONFLICT (minute, kind, state) DO UPDATE SET n = t.n + excluded.n",
-            &[],
-        )
-        .await
-        .map_err(q)?;
-        c.execute("DELETE FROM onus_job_counts WHERE n = 0", &[])
-            .await
-            .map_err(q)?;
-        c.execute(
-            "DELETE FROM onus_job_history WHERE minute < $1",
-            &[&keep_since],
-        )
-        .await
-        .map_err(q)?;
-        Ok(())
     }
 
     async fn database_time(&self) -> StoreResult<DatabaseTime> {

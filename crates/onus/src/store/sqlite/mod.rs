@@ -1456,29 +1456,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn report_progress(
-        &self,
-        id: JobId,
-        owner: &str,
-        attempt: u32,
-        progress: &crate::job::Progress,
-    ) -> StoreResult<bool> {
-        let owner = owner.to_string();
-        let p = serde_json::to_string(progress).map_err(|e| StoreError::Query(e.to_string()))?;
-        self.write(move |conn| {
-            let n = conn
-                .prepare_cached(
-                    "UPDATE onus_jobs SET progress = ?4
-                     WHERE id = ?1 AND state = 'running' AND lease_owner = ?2 AND attempt = ?3",
-                )
-                .map_err(q)?
-                .execute(params![id, owner, attempt, p])
-                .map_err(q)?;
-            Ok(n > 0)
-        })
-        .await
-    }
-
     async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
         let asks = asks.to_vec();
         self.write(move |conn| {
@@ -1510,81 +1487,6 @@ impl Store for SqliteStore {
                 }
             }
             Ok(out)
-        })
-        .await
-    }
-
-    async fn counts(&self) -> StoreResult<Vec<CountRow>> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT state, kind, queue, n FROM onus_job_counts WHERE n <> 0")
-                .map_err(q)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    let state: String = r.get(0)?;
-                    Ok((state, r.get(1)?, r.get(2)?, r.get::<_, i64>(3)?))
-                })
-                .map_err(q)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (state, kind, queue, count) = row.map_err(q)?;
-                let state = state.parse().map_err(StoreError::Query)?;
-                out.push(CountRow {
-                    state,
-                    kind,
-                    queue,
-                    count: count.max(0) as u64,
-                });
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>> {
-        let since = us(since);
-        self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT minute, kind, state, n FROM onus_job_history WHERE minute >= ?1
-                     ORDER BY minute, kind, state",
-                )
-                .map_err(q)?;
-            let rows = stmt
-                .query_map([since], |r| {
-                    let state: String = r.get(2)?;
-                    Ok((r.get::<_, i64>(0)?, r.get(1)?, state, r.get::<_, i64>(3)?))
-                })
-                .map_err(q)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (minute, kind, state, count) = row.map_err(q)?;
-                let state = state.parse().map_err(StoreError::Query)?;
-                out.push(HistoryRow {
-                    minute: from_micros(minute),
-                    kind,
-                    state,
-                    count: count.max(0) as u64,
-                });
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()> {
-        // The triggers update the counters in place (one writer at a time); only tidy up.
-        let keep_since = us(keep_since);
-        self.write(move |conn| {
-            conn.prepare_cached("DELETE FROM onus_job_counts WHERE n = 0")
-                .map_err(q)?
-                .execute([])
-                .map_err(q)?;
-            conn.prepare_cached("DELETE FROM onus_job_history WHERE minute < ?1")
-                .map_err(q)?
-                .execute([keep_since])
-                .map_err(q)?;
-            Ok(())
         })
         .await
     }

@@ -1,0 +1,99 @@
+//! Job counts per state, kind and queue, and the per-minute history of endings, written once for
+//! both backends over [`Tx`]. Triggers keep them in the transaction of every change of a job: on
+//! SQLite in place (one writer at a time), on PostgreSQL as appended deltas that
+//! [`fold`] adds up now and then, so concurrent writers never queue on one counter row.
+
+use crate::clock::Timestamp;
+use crate::sql::{Backend, FromRow, Row, Sql, StoreError, StoreResult, Tx};
+use crate::store::{CountRow, HistoryRow};
+
+const COUNTS: &str = "onus_job_counts";
+const HISTORY: &str = "onus_job_history";
+
+static CURRENT: Sql = Sql::per_backend(
+    COUNTS,
+    "SELECT state, kind, queue, n FROM onus_job_counts WHERE n <> 0",
+    // The folded totals plus the changes not yet folded: one snapshot, so exact.
+    "SELECT state, kind, queue, sum(n)::bigint AS n FROM (
+         SELECT queue, kind, state, n FROM onus_job_counts
+         UNION ALL SELECT queue, kind, state, n FROM onus_job_deltas) AS c
+     GROUP BY state, kind, queue HAVING sum(n) <> 0",
+);
+
+static SINCE: Sql = Sql::per_backend(
+    HISTORY,
+    "SELECT minute, kind, state, n FROM onus_job_history WHERE minute >= $1
+     ORDER BY minute, kind, state",
+    "SELECT minute, kind, state, sum(n)::bigint AS n FROM (
+         SELECT minute, kind, state, n FROM onus_job_history WHERE minute >= $1
+         UNION ALL SELECT minute, kind, state, n FROM onus_job_deltas
+         WHERE minute IS NOT NULL AND minute >= $1) AS h
+     GROUP BY minute, kind, state ORDER BY minute, kind, state",
+);
+
+// PostgreSQL only. One statement: the deltas it deletes are the ones it adds, atomically. A delta
+// appended meanwhile is not in its snapshot and waits for the next fold.
+static FOLD_DELTAS: Sql = Sql::new(
+    "onus_job_deltas",
+    "WITH d AS (DELETE FROM onus_job_deltas RETURNING queue, kind, state, minute, n),
+     c AS (
+         INSERT INTO onus_job_counts AS t (queue, kind, state, n)
+         SELECT queue, kind, state, sum(n) FROM d GROUP BY queue, kind, state
+         ON CONFLICT (queue, kind, state) DO UPDATE SET n = t.n + excluded.n)
+     INSERT INTO onus_job_history AS t (minute, kind, state, n)
+     SELECT minute, kind, state, sum(n) FROM d WHERE minute IS NOT NULL GROUP BY minute, kind, state
+     ON CONFLICT (minute, kind, state) DO UPDATE SET n = t.n + excluded.n",
+);
+
+static DROP_ZEROS: Sql = Sql::new(COUNTS, "DELETE FROM onus_job_counts WHERE n = 0");
+
+static DROP_OLD: Sql = Sql::new(HISTORY, "DELETE FROM onus_job_history WHERE minute < $1");
+
+fn state(r: &Row) -> StoreResult<crate::job::JobState> {
+    r.get::<String>("state")?.parse().map_err(StoreError::Query)
+}
+
+impl FromRow for CountRow {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(CountRow {
+            state: state(r)?,
+            kind: r.get("kind")?,
+            queue: r.get("queue")?,
+            count: r.get::<i64>("n")?.max(0) as u64,
+        })
+    }
+}
+
+impl FromRow for HistoryRow {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(HistoryRow {
+            minute: r.get("minute")?,
+            kind: r.get("kind")?,
+            state: state(r)?,
+            count: r.get::<i64>("n")?.max(0) as u64,
+        })
+    }
+}
+
+/// How many jobs stand in each (state, kind, queue) now.
+pub(crate) async fn current<T: Tx + ?Sized>(tx: &T) -> StoreResult<Vec<CountRow>> {
+    tx.fetch(&CURRENT, &[]).await
+}
+
+/// The endings per minute and kind since `since`.
+pub(crate) async fn history<T: Tx + ?Sized>(
+    tx: &T,
+    since: Timestamp,
+) -> StoreResult<Vec<HistoryRow>> {
+    tx.fetch(&SINCE, &[since.into()]).await
+}
+
+/// Adds up the deltas (PostgreSQL), drops counters at zero and minutes before `keep_since`.
+pub(crate) async fn fold<T: Tx + ?Sized>(tx: &T, keep_since: Timestamp) -> StoreResult<()> {
+    if tx.backend() == Backend::Postgres {
+        tx.execute(&FOLD_DELTAS, &[]).await?;
+    }
+    tx.execute(&DROP_ZEROS, &[]).await?;
+    tx.execute(&DROP_OLD, &[keep_since.into()]).await?;
+    Ok(())
+}
