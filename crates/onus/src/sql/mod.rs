@@ -18,6 +18,7 @@
 //!   and recorded in `onus_migrations`.
 //! - [`StoreError`]: every database failure, with whose fault it is.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,23 +42,22 @@ pub enum Backend {
     Postgres,
 }
 
-/// One statement: the table it is about and its text per backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One statement: the table it is about and its text per backend. A statement written in the
+/// source is prepared once per connection and kept; one built at run time ([`Sql::built`], a
+/// filter's conditions) is prepared for its one use, so such statements never fill the caches.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sql {
     /// The table its rows come from, named in decode errors.
     pub table: &'static str,
-    sqlite: &'static str,
-    postgres: &'static str,
+    sqlite: Cow<'static, str>,
+    postgres: Cow<'static, str>,
+    cached: bool,
 }
 
 impl Sql {
     /// A statement both backends accept as written.
     pub const fn new(table: &'static str, text: &'static str) -> Self {
-        Sql {
-            table,
-            sqlite: text,
-            postgres: text,
-        }
+        Sql::per_backend(table, text, text)
     }
 
     /// A statement written once per backend.
@@ -68,17 +68,37 @@ impl Sql {
     ) -> Self {
         Sql {
             table,
+            sqlite: Cow::Borrowed(sqlite),
+            postgres: Cow::Borrowed(postgres),
+            cached: true,
+        }
+    }
+
+    /// A statement built at run time for `backend`, prepared for this use only.
+    pub fn built(table: &'static str, backend: Backend, text: String) -> Self {
+        let (sqlite, postgres) = match backend {
+            Backend::Sqlite => (Cow::Owned(text), Cow::Borrowed("")),
+            Backend::Postgres => (Cow::Borrowed(""), Cow::Owned(text)),
+        };
+        Sql {
+            table,
             sqlite,
             postgres,
+            cached: false,
         }
     }
 
     /// Its text for `backend`.
-    pub fn text(&self, backend: Backend) -> &'static str {
+    pub fn text(&self, backend: Backend) -> &str {
         match backend {
-            Backend::Sqlite => self.sqlite,
-            Backend::Postgres => self.postgres,
+            Backend::Sqlite => &self.sqlite,
+            Backend::Postgres => &self.postgres,
         }
+    }
+
+    /// Whether connections keep it prepared (false for one built at run time).
+    pub(crate) fn cached(&self) -> bool {
+        self.cached
     }
 }
 
@@ -274,6 +294,10 @@ impl Tx for PgTx<'_> {
         let text = sql.text(Backend::Postgres);
         match self.conn {
             PgConn::Tx(t) => postgres::rows(t, text, sql, params).await,
+            PgConn::PooledTx(t) if !sql.cached() => postgres::rows(&**t, text, sql, params).await,
+            PgConn::PooledClient(c) if !sql.cached() => {
+                postgres::rows(&***c, text, sql, params).await
+            }
             PgConn::PooledTx(t) => {
                 let st = t.prepare_cached(text).await.map_err(postgres::error)?;
                 postgres::rows(&**t, &st, sql, params).await
@@ -289,6 +313,10 @@ impl Tx for PgTx<'_> {
         let text = sql.text(Backend::Postgres);
         match self.conn {
             PgConn::Tx(t) => postgres::execute(t, text, params).await,
+            PgConn::PooledTx(t) if !sql.cached() => postgres::execute(&**t, text, params).await,
+            PgConn::PooledClient(c) if !sql.cached() => {
+                postgres::execute(&***c, text, params).await
+            }
             PgConn::PooledTx(t) => {
                 let st = t.prepare_cached(text).await.map_err(postgres::error)?;
                 postgres::execute(&**t, &st, params).await

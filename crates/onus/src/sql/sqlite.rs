@@ -258,13 +258,42 @@ pub(crate) fn execute(
         .map_err(error)
 }
 
+/// A statement prepared for its one use or kept in the connection's cache.
+enum Prepared<'c> {
+    Cached(rusqlite::CachedStatement<'c>),
+    Once(rusqlite::Statement<'c>),
+}
+
+impl<'c> std::ops::Deref for Prepared<'c> {
+    type Target = rusqlite::Statement<'c>;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Prepared::Cached(s) => s,
+            Prepared::Once(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Prepared<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Prepared::Cached(s) => s,
+            Prepared::Once(s) => s,
+        }
+    }
+}
+
 fn statement<'c>(
     conn: &'c Connection,
     sql: &crate::sql::Sql,
     params: &[crate::sql::Value],
-) -> StoreResult<rusqlite::CachedStatement<'c>> {
+) -> StoreResult<Prepared<'c>> {
     let text = sql.text(crate::sql::Backend::Sqlite);
-    let st = conn.prepare_cached(text).map_err(error)?;
+    let st = if sql.cached() {
+        Prepared::Cached(conn.prepare_cached(text).map_err(error)?)
+    } else {
+        Prepared::Once(conn.prepare(text).map_err(error)?)
+    };
     // `$n` parameters are bound by position: they must first appear in order, one value each.
     let n = st.parameter_count();
     for i in 1..=n {

@@ -26,9 +26,32 @@ pub enum Value {
     Json(serde_json::Value),
     /// Bytes that are not text.
     Bytes(Vec<u8>),
+    /// A list of integers or texts, for `= ANY($n)` on PostgreSQL (an array) and
+    /// `IN (SELECT value FROM json_each($n))` on SQLite (a JSON array).
+    List(Vec<Value>),
 }
 
 impl Value {
+    /// A list of `items`.
+    pub fn list<T: Into<Value>>(items: impl IntoIterator<Item = T>) -> Value {
+        Value::List(items.into_iter().map(Into::into).collect())
+    }
+
+    /// A list as SQLite reads it: a JSON array (times as microseconds).
+    fn list_json(&self) -> serde_json::Value {
+        match self {
+            Value::Null => serde_json::Value::Null,
+            Value::Bool(b) => (*b).into(),
+            Value::Int(i) => (*i).into(),
+            Value::Float(f) => (*f).into(),
+            Value::Text(s) => s.as_str().into(),
+            Value::Time(t) => t.timestamp_micros().into(),
+            Value::Json(j) => j.clone(),
+            Value::Bytes(_) => serde_json::Value::Null,
+            Value::List(vs) => vs.iter().map(Value::list_json).collect(),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Value::Null => "NULL",
@@ -39,6 +62,7 @@ impl Value {
             Value::Time(_) => "a time",
             Value::Json(_) => "JSON",
             Value::Bytes(_) => "bytes",
+            Value::List(_) => "a list",
         }
     }
 
@@ -87,6 +111,7 @@ impl rusqlite::ToSql for Value {
             Value::Time(t) => ToSqlOutput::from(t.timestamp_micros()),
             Value::Json(j) => ToSqlOutput::from(j.to_string()),
             Value::Bytes(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
+            Value::List(_) => ToSqlOutput::from(self.list_json().to_string()),
         })
     }
 }
@@ -118,6 +143,22 @@ impl ToSql for Value {
                 j.to_string().as_str().to_sql(ty, out)
             }
             (Value::Bytes(b), &Type::BYTEA) => b.as_slice().to_sql(ty, out),
+            (Value::List(vs), &Type::INT8_ARRAY) => vs
+                .iter()
+                .map(|v| match v {
+                    Value::Int(i) => Ok(*i),
+                    _ => Err(mismatch()),
+                })
+                .collect::<Result<Vec<i64>, _>>()?
+                .to_sql(ty, out),
+            (Value::List(vs), &Type::TEXT_ARRAY) => vs
+                .iter()
+                .map(|v| match v {
+                    Value::Text(s) => Ok(s.as_str()),
+                    _ => Err(mismatch()),
+                })
+                .collect::<Result<Vec<&str>, _>>()?
+                .to_sql(ty, out),
             _ => Err(mismatch()),
         }
     }
@@ -252,7 +293,7 @@ macro_rules! int {
     )*};
 }
 
-int!(i32, u32, u16, u64);
+int!(i16, i32, u32, u16, u64);
 
 impl FromValue for f64 {
     fn from_value(v: &Value, _: Backend) -> Result<Self, String> {

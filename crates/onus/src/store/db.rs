@@ -26,15 +26,13 @@ pub trait JobTx: Tx {
     /// must still be running this attempt for its owner): false when it was not. Handlers use it
     /// through [`crate::JobContext::complete_with`].
     async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
-        match self.engine() {
-            Engine::Sqlite(conn) => crate::store::sqlite::finish_one(conn, finish, false),
-            Engine::PostgresTx(t) => crate::store::postgres::finish_in(t, finish).await,
-            Engine::PooledTx(t) => crate::store::postgres::finish_in(t, finish).await,
-            Engine::PooledClient(_) => Err(StoreError::Query(
+        if let Engine::PooledClient(_) = self.engine() {
+            return Err(StoreError::Query(
                 "a finished attempt is recorded inside a transaction, not on a bare connection"
                     .into(),
-            )),
+            ));
         }
+        crate::store::finish::locked(self, finish).await
     }
 }
 

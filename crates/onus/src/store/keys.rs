@@ -372,3 +372,149 @@ fn lease_waiter_wakes_at(
         _ => free_at,
     }
 }
+
+// The key's slots, and its pause as slot -1 when one is in force: one round trip.
+static SLOTS: Sql = Sql::new(
+    LEASES,
+    "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1
+     UNION ALL SELECT -1, 0, until FROM onus_key_pauses WHERE key = $1 AND until > $2",
+);
+
+static TAKE_SLOT: Sql = Sql::new(
+    LEASES,
+    "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+);
+
+static LAST_WAITER: Sql = Sql::per_backend(
+    JOBS,
+    "SELECT MAX(run_at) AS last FROM onus_jobs
+     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait = 1 AND id != $2",
+    "SELECT MAX(run_at) AS last FROM onus_jobs
+     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
+);
+
+// Not waiting for the disk when a job only waits: this transaction holds the key's lock, and
+// every job of the key queues behind it (the holder's release too). A wait lost in a crash of
+// the database leaves the job running under its process's lease, which runs out, and the
+// rescuer counts the attempt as lost, as for a process that died. Nothing acknowledged depends
+// on it: a transaction that saw it commits after it, and its commit waits for both records.
+static NO_DISK_WAIT: Sql = Sql::new(JOBS, "SET LOCAL synchronous_commit = off");
+
+/// Takes a slot of lease key `ask.key` for its running job, or, when the key is paused or every
+/// slot busy, holds or snoozes the job in the same transaction (see [`crate::Store::acquire_lease`]).
+pub(crate) async fn acquire<T: Tx + ?Sized>(
+    tx: &T,
+    ask: LeaseAsk<'_>,
+) -> StoreResult<crate::store::LeaseDecision> {
+    use crate::store::{finish, LeaseDecision};
+    lock_key(tx, ask.key).await?;
+    let rows = tx.query(&SLOTS, &[ask.key.into(), ask.now.into()]).await?;
+    let mut held: Vec<SlotRow> = Vec::with_capacity(rows.len());
+    let mut paused = None;
+    for r in &rows {
+        let slot: i64 = r.get("slot")?;
+        let busy_until: Timestamp = r.get("busy_until")?;
+        if slot < 0 {
+            paused = Some(busy_until);
+        } else {
+            held.push((slot as u32, r.get("job_id")?, busy_until));
+        }
+    }
+    let waits = tx.backend() == crate::sql::Backend::Postgres;
+    if let Some(until) = paused {
+        finish::one(tx, &ask.paused_hold(until), false).await?;
+        if waits {
+            tx.execute(&NO_DISK_WAIT, &[]).await?;
+        }
+        return Ok(LeaseDecision::Paused(until));
+    }
+    if let Some(s) = ask.free_slot(&held) {
+        let p = [
+            ask.key.into(),
+            s.into(),
+            ask.job.id.into(),
+            ask.until.into(),
+        ];
+        tx.execute(&TAKE_SLOT, &p).await?;
+        return Ok(LeaseDecision::Acquired);
+    }
+    let last = tx
+        .query(&LAST_WAITER, &[ask.key.into(), ask.job.id.into()])
+        .await?;
+    let last = match last.first() {
+        Some(r) => r.get("last")?,
+        None => None,
+    };
+    let snooze = ask.busy_snooze(&held, last);
+    finish::one(tx, &snooze, true).await?;
+    if waits {
+        tx.execute(&NO_DISK_WAIT, &[]).await?;
+    }
+    Ok(LeaseDecision::Busy(match snooze.transition {
+        crate::outcome::Transition::Snooze { run_at, .. } => run_at,
+        _ => ask.now,
+    }))
+}
+
+static TAKE_USE: Sql = Sql::new(
+    "onus_rate_windows",
+    "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES ($1, $2, $3, 1)
+     ON CONFLICT (key, window_start) DO UPDATE SET used = onus_rate_windows.used + 1
+     RETURNING used",
+);
+
+static GIVE_BACK_USE: Sql = Sql::new(
+    "onus_rate_windows",
+    "UPDATE onus_rate_windows SET used = used - 1 WHERE key = $1 AND window_start = $2",
+);
+
+/// Takes one use of each rate window asked for, all or none (see [`crate::Store::take_rates`]):
+/// each window's row counts its use as it is taken (keys in one order, so two takers of the same
+/// keys never wait on each other in a cycle), and when any window is spent every use taken is
+/// given back in the same transaction.
+pub(crate) async fn take_rates<T: Tx + ?Sized>(
+    tx: &T,
+    asks: &[crate::store::RateAsk],
+    now: Timestamp,
+) -> StoreResult<Vec<crate::store::RateDecision>> {
+    use crate::store::RateDecision;
+    let mut order: Vec<usize> = (0..asks.len()).collect();
+    order.sort_by(|&a, &b| asks[a].key.cmp(&asks[b].key));
+    let mut out = vec![RateDecision::Taken { left: 0 }; asks.len()];
+    let mut all = true;
+    for &i in &order {
+        let a = &asks[i];
+        let (start, end) = a.window_at(now);
+        let (start, end) = (
+            crate::clock::from_micros(start),
+            crate::clock::from_micros(end),
+        );
+        let rows = tx
+            .query(
+                &TAKE_USE,
+                &[a.key.as_str().into(), start.into(), end.into()],
+            )
+            .await?;
+        let used: i64 = match rows.first() {
+            Some(r) => r.get("used")?,
+            None => 0,
+        };
+        let used = used.max(0) as u32;
+        out[i] = if used <= a.max {
+            RateDecision::Taken { left: a.max - used }
+        } else {
+            all = false;
+            RateDecision::Spent(end)
+        };
+    }
+    if !all {
+        for &i in &order {
+            let (start, _) = asks[i].window_at(now);
+            let start = crate::clock::from_micros(start);
+            let p = [asks[i].key.as_str().into(), start.into()];
+            tx.execute(&GIVE_BACK_USE, &p).await?;
+        }
+    }
+    Ok(out)
+}

@@ -19,16 +19,31 @@ use crate::outcome::Transition;
 use crate::sql::migrate::Applied;
 use crate::sql::{Line, LineStatus};
 
+/// Runs a flow written once over [`Tx`](crate::sql::Tx) on `$store`: `write` in one
+/// transaction, `read` on a read connection. On PostgreSQL it runs on the caller's task over a
+/// pooled connection; on SQLite in the writer thread (writes) or a reader.
+macro_rules! flow {
+    ($store:expr, $mode:ident, |$tx:ident| $body:expr) => {
+        match $store.as_any().downcast_ref::<postgres::PostgresStore>() {
+            Some(pg) => pg.$mode(async move |$tx| $body.await).await,
+            None => db::$mode($store, move |$tx| Box::pin(async move { $body.await })).await,
+        }
+    };
+}
+
 pub(crate) mod attempts;
 pub(crate) mod counts;
 pub(crate) mod db;
+pub(crate) mod finish;
 pub(crate) mod keys;
 pub(crate) mod maintenance;
+pub(crate) mod manage;
 pub(crate) mod periodic;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 pub use db::{with_jobs, Db, JobTx, JOBS};
+pub(crate) use manage::{pick_retries, single_id, RetriedKeys};
 
 pub use crate::sql::error::{Fault, StoreError, StoreResult};
 
@@ -335,63 +350,6 @@ pub const CANCELLABLE_STATES: [JobState; 5] = [
     JobState::Running,
 ];
 
-/// The job each `(kind, unique_key)` retried so far, newest first.
-pub(crate) type RetriedKeys = std::collections::HashMap<(String, String), JobId>;
-
-/// Picks, among retry candidates `(id, kind, unique_key)` newest first, the ones to retry: every
-/// job without a unique key, and of the jobs sharing a kind and unique key only the newest (the
-/// unique index allows one unfinished job per key), counting those already in `seen` (a bulk
-/// retry in chunks passes the same map to every chunk). The others are refused with the reason.
-pub(crate) fn pick_retries(
-    candidates: &[(JobId, String, Option<String>)],
-    seen: &mut RetriedKeys,
-) -> (Vec<JobId>, Vec<Refused>) {
-    let mut chosen = Vec::new();
-    let mut refused = Vec::new();
-    for (id, kind, key) in candidates {
-        let Some(k) = key else {
-            chosen.push(*id);
-            continue;
-        };
-        match seen.entry((kind.clone(), k.clone())) {
-            std::collections::hash_map::Entry::Occupied(newer) => refused.push(Refused {
-                id: *id,
-                reason: format!(
-                    "job {} of kind {kind} has the same unique key {k:?} and is retried instead",
-                    newer.get()
-                ),
-            }),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(*id);
-                chosen.push(*id);
-            }
-        }
-    }
-    (chosen, refused)
-}
-
-/// The refusals for chosen jobs with a unique key that the update left alone: an unfinished job
-/// of the same kind holds the key.
-pub(crate) fn held_key_refusals(
-    candidates: &[(JobId, String, Option<String>)],
-    chosen: &[JobId],
-    retried: &[JobId],
-) -> Vec<Refused> {
-    let retried: std::collections::HashSet<&JobId> = retried.iter().collect();
-    let chosen: std::collections::HashSet<&JobId> = chosen.iter().collect();
-    candidates
-        .iter()
-        .filter(|(id, _, key)| key.is_some() && chosen.contains(id) && !retried.contains(id))
-        .map(|(id, kind, key)| Refused {
-            id: *id,
-            reason: format!(
-                "another unfinished {kind} job holds its unique key {:?}; finish or cancel that one first",
-                key.as_deref().unwrap_or_default()
-            ),
-        })
-        .collect()
-}
-
 /// The states a job can be deleted in: finished ones.
 pub const DELETABLE_STATES: [JobState; 3] = [
     JobState::Completed,
@@ -465,36 +423,6 @@ impl RateAsk {
         let w = (self.window.as_micros() as i64).max(1);
         let start = now.timestamp_micros().div_euclid(w) * w;
         (start, start + w)
-    }
-
-    /// The answers to `asks` given how many uses each window already had (`used`, in order):
-    /// all taken, or none (`None` when any is spent).
-    pub(crate) fn decide(
-        asks: &[RateAsk],
-        used: &[u32],
-        now: Timestamp,
-    ) -> (bool, Vec<RateDecision>) {
-        let mut all = true;
-        // The same key asked twice takes two uses.
-        let mut earlier: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
-        let out = asks
-            .iter()
-            .zip(used)
-            .map(|(a, &u)| {
-                let before = earlier.entry(a.key.as_str()).or_insert(0);
-                let u = u + *before;
-                *before += 1;
-                if u < a.max {
-                    RateDecision::Taken {
-                        left: a.max - u - 1,
-                    }
-                } else {
-                    all = false;
-                    RateDecision::Spent(crate::clock::from_micros(a.window_at(now).1))
-                }
-            })
-            .collect();
-        (all, out)
     }
 }
 
@@ -671,7 +599,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ) -> StoreResult<Renewal>;
 
     /// One job.
-    async fn get(&self, id: JobId) -> StoreResult<Option<Job>>;
+    async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
+        flow!(self, read, |tx| manage::get(tx, id))
+    }
 
     /// Jobs matching `filter`, newest first, with ids below `before` when given.
     async fn list(
@@ -679,26 +609,41 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         filter: &JobFilter,
         limit: usize,
         before: Option<JobId>,
-    ) -> StoreResult<Vec<Job>>;
+    ) -> StoreResult<Vec<Job>> {
+        let filter = filter.clone();
+        flow!(self, read, |tx| manage::list(tx, &filter, limit, before))
+    }
 
     /// Manual retry of every matching discarded, cancelled, retryable, scheduled or snoozed job:
     /// due now, with one more attempt allowed if needed. Of the jobs sharing a kind and unique key
     /// only the newest is retried, and none while another unfinished job holds the key; those are
     /// refused with the reason. One statement: [`crate::Client::retry_where`] calls it in chunks.
-    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome>;
+    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome> {
+        let filter = filter.clone();
+        flow!(self, write, |tx| manage::retry(tx, &filter, now))
+    }
 
     /// Manual cancel of every matching unfinished job. One statement:
     /// [`crate::Client::cancel_where`] calls it in chunks.
-    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome>;
+    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome> {
+        let filter = filter.clone();
+        flow!(self, write, |tx| manage::cancel(tx, &filter, now))
+    }
 
     /// Deletes every matching finished job (completed, discarded, cancelled) and returns their
     /// ids. One statement: [`crate::Client::delete_where`] calls it in chunks. A filter naming one
     /// job that is absent or unfinished is refused ([`StoreError::NotFound`],
     /// [`StoreError::Conflict`]).
-    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>>;
+    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
+        let filter = filter.clone();
+        flow!(self, write, |tx| manage::delete(tx, &filter))
+    }
 
     /// How many jobs match `filter` (its `limit` caps the count).
-    async fn count(&self, filter: &JobFilter) -> StoreResult<u64>;
+    async fn count(&self, filter: &JobFilter) -> StoreResult<u64> {
+        let filter = filter.clone();
+        flow!(self, read, |tx| manage::count(tx, &filter))
+    }
 
     /// Running jobs of `kinds` whose lease expired before `now`.
     async fn expired(
@@ -706,7 +651,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         kinds: &[String],
         now: Timestamp,
         limit: usize,
-    ) -> StoreResult<Vec<Job>>;
+    ) -> StoreResult<Vec<Job>> {
+        let kinds = kinds.to_vec();
+        flow!(self, read, |tx| manage::expired(tx, &kinds, now, limit))
+    }
 
     /// Takes one of `slots` slots of lease `key` for the running `job` (leased to `owner`) until
     /// `until`. When every slot is busy, snoozes the job in the same write (no attempt spent) until
@@ -719,15 +667,25 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         owner: &str,
         now: Timestamp,
         until: Timestamp,
-    ) -> StoreResult<LeaseDecision>;
+    ) -> StoreResult<LeaseDecision> {
+        let (key, job, owner) = (key.to_string(), job.clone(), owner.to_string());
+        flow!(self, write, |tx| keys::acquire(
+            tx,
+            keys::LeaseAsk {
+                key: &key,
+                slots,
+                job: &job,
+                owner: &owner,
+                now,
+                until
+            }
+        ))
+    }
 
     /// Until when lease `key` is held (the latest slot), if it is held at all.
     async fn lease_busy_until(&self, key: &str) -> StoreResult<Option<Timestamp>> {
         let key = key.to_string();
-        db::read(self, move |tx| {
-            Box::pin(async move { keys::busy_until(tx, &key).await })
-        })
-        .await
+        flow!(self, read, |tx| keys::busy_until(tx, &key))
     }
 
     /// Records the progress of attempt `attempt` of job `id`, run by `owner`; false when that
@@ -740,10 +698,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         progress: &crate::job::Progress,
     ) -> StoreResult<bool> {
         let (owner, progress) = (owner.to_string(), progress.clone());
-        db::write(self, move |tx| {
-            Box::pin(async move { attempts::progress(tx, id, &owner, attempt, &progress).await })
-        })
-        .await
+        flow!(self, write, |tx| attempts::progress(
+            tx, id, &owner, attempt, &progress
+        ))
     }
 
     /// Pauses lease key `key` until `until`: its waiting jobs due by then are held (`scheduled`
@@ -759,39 +716,35 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         mode: PauseMode,
     ) -> StoreResult<u64> {
         let (key, reason) = (key.to_string(), reason.to_string());
-        db::write(self, move |tx| {
-            Box::pin(async move { keys::pause(tx, &key, until, now, &reason, mode).await })
-        })
-        .await
+        flow!(self, write, |tx| keys::pause(
+            tx, &key, until, now, &reason, mode
+        ))
     }
 
     /// Ends `key`'s pause now: its held jobs are due at once. `None` when the key was not paused.
     async fn resume_key(&self, key: &str, now: Timestamp) -> StoreResult<Option<u64>> {
         let key = key.to_string();
-        db::write(self, move |tx| {
-            Box::pin(async move { keys::resume(tx, &key, now).await })
-        })
-        .await
+        flow!(self, write, |tx| keys::resume(tx, &key, now))
     }
 
     /// When `key`'s pause in force at `now` ends, if it is paused.
     async fn paused_until(&self, key: &str, now: Timestamp) -> StoreResult<Option<Timestamp>> {
         let key = key.to_string();
-        db::read(self, move |tx| {
-            Box::pin(async move { keys::paused_until(tx, &key, now).await })
-        })
-        .await
+        flow!(self, read, |tx| keys::paused_until(tx, &key, now))
     }
 
     /// The keys paused at `now`, by key, with how many jobs each holds.
     async fn paused_keys(&self, now: Timestamp) -> StoreResult<Vec<PausedKey>> {
-        db::read(self, move |tx| Box::pin(keys::paused_keys(tx, now))).await
+        flow!(self, read, |tx| keys::paused_keys(tx, now))
     }
 
     /// Takes one use of each rate window asked for (at most `max` per `window`, windows aligned
     /// to the epoch), all or none: when any window is spent nothing is taken. The answers follow
     /// the asks' order; a window that was not spent answers `Taken` with the uses it would leave.
-    async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>>;
+    async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
+        let asks = asks.to_vec();
+        flow!(self, write, |tx| keys::take_rates(tx, &asks, now))
+    }
 
     /// Takes or renews leadership `name` for `holder` until `until`; true when `holder` leads.
     async fn try_lead(
@@ -802,19 +755,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         until: Timestamp,
     ) -> StoreResult<bool> {
         let (name, holder) = (name.to_string(), holder.to_string());
-        db::write(self, move |tx| {
-            Box::pin(async move { maintenance::try_lead(tx, &name, &holder, now, until).await })
-        })
-        .await
+        flow!(self, write, |tx| maintenance::try_lead(
+            tx, &name, &holder, now, until
+        ))
     }
 
     /// Gives leadership up.
     async fn resign(&self, name: &str, holder: &str) -> StoreResult<()> {
         let (name, holder) = (name.to_string(), holder.to_string());
-        db::write(self, move |tx| {
-            Box::pin(async move { maintenance::resign(tx, &name, &holder).await })
-        })
-        .await
+        flow!(self, write, |tx| maintenance::resign(tx, &name, &holder))
     }
 
     /// Records a periodic schedule: created if new; an unchanged schedule keeps its next run time,
@@ -827,12 +776,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         next_run_at: Timestamp,
     ) -> StoreResult<PeriodicRow> {
         let (name, kind, schedule) = (name.to_string(), kind.to_string(), schedule.to_string());
-        db::write(self, move |tx| {
-            Box::pin(
-                async move { periodic::upsert(tx, &name, &kind, &schedule, next_run_at).await },
-            )
-        })
-        .await
+        flow!(self, write, |tx| periodic::upsert(
+            tx,
+            &name,
+            &kind,
+            &schedule,
+            next_run_at
+        ))
     }
 
     /// Enqueues `job` for period `period` of `name`, unless that period (or a later one) already
@@ -845,25 +795,25 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         job: InsertRow,
     ) -> StoreResult<Option<JobId>> {
         let name = name.to_string();
-        db::write(self, move |tx| {
-            Box::pin(async move { periodic::enqueue(tx, &name, period, next_run_at, job).await })
-        })
-        .await
+        flow!(self, write, |tx| periodic::enqueue(
+            tx,
+            &name,
+            period,
+            next_run_at,
+            job
+        ))
     }
 
     /// Every periodic schedule.
     async fn list_periodic(&self) -> StoreResult<Vec<PeriodicRow>> {
-        db::read(self, |tx| Box::pin(periodic::list(tx))).await
+        flow!(self, read, |tx| periodic::list(tx))
     }
 
     /// Moves schedule `name`'s next run forward to `next_run_at` without enqueuing (missed
     /// periods its catch-up policy skips).
     async fn skip_periods(&self, name: &str, next_run_at: Timestamp) -> StoreResult<()> {
         let name = name.to_string();
-        db::write(self, move |tx| {
-            Box::pin(async move { periodic::skip(tx, &name, next_run_at).await })
-        })
-        .await
+        flow!(self, write, |tx| periodic::skip(tx, &name, next_run_at))
     }
 
     /// Pauses schedule `name` (`paused_at` set) or resumes it (`None`), moving its next run to
@@ -876,54 +826,49 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         next_run_at: Option<Timestamp>,
     ) -> StoreResult<bool> {
         let name = name.to_string();
-        db::write(self, move |tx| {
-            Box::pin(async move { periodic::pause(tx, &name, paused_at, next_run_at).await })
-        })
-        .await
+        flow!(self, write, |tx| periodic::pause(
+            tx,
+            &name,
+            paused_at,
+            next_run_at
+        ))
     }
 
     /// Deletes finished jobs past retention, old rate windows and stale leases; returns jobs deleted.
     async fn prune(&self, now: Timestamp, retention: Retention, limit: usize) -> StoreResult<u64> {
-        db::write(self, move |tx| {
-            Box::pin(maintenance::prune(tx, now, retention, limit))
-        })
-        .await
+        flow!(self, write, |tx| maintenance::prune(
+            tx, now, retention, limit
+        ))
     }
 
     /// Alerts, newest first.
     async fn alerts(&self, include_acked: bool, limit: usize) -> StoreResult<Vec<Alert>> {
         let order = maintenance::AlertOrder::Newest { include_acked };
-        db::read(self, move |tx| {
-            Box::pin(maintenance::alerts(tx, order, limit))
-        })
-        .await
+        flow!(self, read, |tx| maintenance::alerts(tx, order, limit))
     }
 
     /// Acknowledges an alert; false when there is none with that id.
     async fn ack_alert(&self, id: i64, now: Timestamp) -> StoreResult<bool> {
-        db::write(self, move |tx| {
-            Box::pin(maintenance::ack_alert(tx, id, now))
-        })
-        .await
+        flow!(self, write, |tx| maintenance::ack_alert(tx, id, now))
     }
 
     /// Job counts per state, kind and queue, read from counters that triggers keep in the same
     /// transaction as every change of a job (so the cost never grows with the number of jobs).
     async fn counts(&self) -> StoreResult<Vec<CountRow>> {
-        db::read(self, |tx| Box::pin(counts::current(tx))).await
+        flow!(self, read, |tx| counts::current(tx))
     }
 
     /// How many jobs reached completed, retryable or discarded in each minute from `since` on, per
     /// kind. Read from the history the counters' triggers keep, never from the jobs.
     async fn history(&self, since: Timestamp) -> StoreResult<Vec<HistoryRow>> {
-        db::read(self, move |tx| Box::pin(counts::history(tx, since))).await
+        flow!(self, read, |tx| counts::history(tx, since))
     }
 
     /// Folds the counters' pending changes into their totals (PostgreSQL appends changes so that
     /// writers never wait on one counter row) and drops history older than `keep_since`. The
     /// maintenance leader calls it; counts and history are exact whether or not it has run.
     async fn fold_counts(&self, keep_since: Timestamp) -> StoreResult<()> {
-        db::write(self, move |tx| Box::pin(counts::fold(tx, keep_since))).await
+        flow!(self, write, |tx| counts::fold(tx, keep_since))
     }
 
     /// The database's clock, read for measurement only (decisions use the runtime's clock). The
@@ -941,66 +886,6 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {
         Ok(None)
     }
-}
-
-/// When a retry or cancel by filter changed nothing: the single job it named, if it named exactly
-/// one, so the caller can explain why (see [`refusal`]).
-pub(crate) fn single_id(f: &JobFilter) -> Option<JobId> {
-    match f.ids.as_slice() {
-        [id] if f.states.is_empty()
-            && f.kinds.is_empty()
-            && f.queues.is_empty()
-            && f.lease_keys.is_empty()
-            && f.tags.is_empty()
-            && f.id_above.is_none()
-            && f.finalized_after.is_none()
-            && f.created_after.is_none()
-            && f.created_before.is_none()
-            && f.q.is_none()
-            && f.limit.is_none() =>
-        {
-            Some(*id)
-        }
-        _ => None,
-    }
-}
-
-/// Why a single-job retry (`retry = true`) or cancel did nothing, as an error the caller can act on.
-/// Why one named job was not deleted: it is absent, or not finished.
-pub(crate) fn delete_refusal(id: JobId, job: Option<&Job>) -> StoreError {
-    match job {
-        None => StoreError::NotFound(id),
-        Some(j) => StoreError::Conflict(format!(
-            "job {id} is {}; only finished jobs (completed, discarded, cancelled) can be deleted: cancel it first",
-            j.state
-        )),
-    }
-}
-
-pub(crate) fn refusal(id: JobId, job: Option<&Job>, retry: bool) -> StoreError {
-    let Some(j) = job else {
-        return StoreError::NotFound(id);
-    };
-    if retry && j.state != JobState::Completed && j.state != JobState::Running {
-        if let Some(key) = &j.unique_key {
-            return StoreError::Conflict(format!(
-                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
-                j.kind
-            ));
-        }
-    }
-    let (action, why) = if retry {
-        (
-            "retried",
-            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried",
-        )
-    } else {
-        ("cancelled", "it is already finished")
-    };
-    StoreError::Conflict(format!(
-        "job {id} is {}; it cannot be {action}: {why}",
-        j.state
-    ))
 }
 
 /// A database URL as it may be shown in logs and errors: a PostgreSQL URL rebuilt from its parsed

@@ -23,7 +23,7 @@ use tokio_postgres::{AsyncMessage, GenericClient, Row};
 
 use super::*;
 use crate::clock::Timestamp;
-use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState};
+use crate::job::{DiscardReason, Job, JobId, JobState};
 use crate::outcome::Transition;
 use crate::sql::PgTx;
 
@@ -298,10 +298,6 @@ fn jobs_from(rows: &[Row]) -> StoreResult<Vec<Job>> {
     rows.iter().map(job_from).collect()
 }
 
-fn entry_json(e: &HistoryEntry) -> StoreResult<serde_json::Value> {
-    serde_json::to_value(e).map_err(|e| StoreError::Query(e.to_string()))
-}
-
 impl PostgresStore {
     /// Connects to `url` (`postgres://user:password@host:port/database`), checks the connection,
     /// and applies the job layer's pending migrations. The error names what is wrong (address,
@@ -373,6 +369,27 @@ impl PostgresStore {
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
         self.pool.get().await.map_err(pool_err)
+    }
+
+    /// Runs a flow written once over [`Tx`] in one transaction, on the caller's task.
+    pub(crate) async fn write<R>(
+        &self,
+        f: impl for<'a, 'c> AsyncFnOnce(&'a PgTx<'c>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(q)?;
+        let r = f(&PgTx::pooled(&tx)).await?;
+        tx.commit().await.map_err(q)?;
+        Ok(r)
+    }
+
+    /// Runs a read-only flow written once over [`Tx`] on a pooled connection, on the caller's task.
+    pub(crate) async fn read<R>(
+        &self,
+        f: impl for<'a, 'c> AsyncFnOnce(&'a PgTx<'c>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        let client = self.client().await?;
+        f(&PgTx::pooled_client(&client)).await
     }
 
     /// Runs `f` on the renewal connection, opening it first if there is none, it closed, or the
@@ -820,202 +837,6 @@ async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted
     })
 }
 
-/// Records one finished attempt inside the caller's open transaction (its lease key locked
-/// first, as [`Store::finish`] does).
-pub(crate) async fn finish_in(
-    c: &tokio_postgres::Transaction<'_>,
-    f: &Finish,
-) -> StoreResult<bool> {
-    if let Some(key) = &f.release_lease {
-        keys::lock_key(&PgTx::new(c), key).await?;
-    }
-    finish_one(c, f, false).await
-}
-
-/// Records one finished attempt inside the open transaction `c`. The job is found by its id alone
-/// (the state and owner compared through coalesce(), as in [`Store::finish`]'s batches, so no plan
-/// walks a partial index of running jobs).
-async fn finish_one(
-    c: &tokio_postgres::Transaction<'_>,
-    f: &Finish,
-    lease_wait: bool,
-) -> StoreResult<bool> {
-    let attempt = f.attempt as i32;
-    let held = c
-        .query_opt(
-            "SELECT cancel_requested, lease_expires_at FROM onus_jobs
-             WHERE id = $1 AND coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $2 AND attempt = $3 FOR UPDATE",
-            &[&f.id, &f.owner, &attempt],
-        )
-        .await
-        .map_err(q)?;
-    let Some(held) = held else {
-        return Ok(false); // the lease was lost: a newer owner decides
-    };
-    let cancel_requested: bool = held.get(0);
-    let lease_expires_at: Option<Timestamp> = held.get(1);
-    let Some(w) = f.write_for(cancel_requested, lease_expires_at, lease_wait) else {
-        return Ok(false); // renewed since the rescuer looked: the job is alive
-    };
-    let entry = w.entry.as_ref().map(entry_json).transpose()?;
-    c.execute(
-        "UPDATE onus_jobs SET state = $2, run_at = COALESCE($3, run_at), attempt = attempt - $4,
-            snoozes = snoozes + $5, finalized_at = COALESCE($6, finalized_at),
-            discard_reason = COALESCE($7, discard_reason),
-            errors = CASE WHEN $8::jsonb IS NULL THEN errors ELSE errors || jsonb_build_array($8::jsonb) END,
-            lease_wait = $9, lease_owner = NULL, lease_expires_at = NULL,
-            result = CASE WHEN $2 = 'completed' THEN COALESCE($10::jsonb, result) ELSE result END
-         WHERE id = $1",
-        &[
-            &f.id,
-            &w.state.as_str(),
-            &w.run_at,
-            &i32::from(w.give_back_attempt),
-            &i32::from(w.snoozed),
-            &w.finalized_at,
-            &w.discard_reason.map(|r| r.as_str()),
-            &entry,
-            &w.lease_wait,
-            &f.result,
-        ],
-    )
-    .await
-    .map_err(q)?;
-    if let Some(message) = &w.alert {
-        c.execute(
-            "INSERT INTO onus_alerts (job_id, kind, message, created_at) SELECT id, kind, $2, $3 FROM onus_jobs WHERE id = $1",
-            &[&f.id, message, &f.now],
-        )
-        .await
-        .map_err(q)?;
-    }
-    if w.wake {
-        c.execute(
-            "SELECT pg_notify('onus_jobs', queue) FROM onus_jobs WHERE id = $1",
-            &[&f.id],
-        )
-        .await
-        .map_err(q)?;
-    }
-    if let Transition::Snooze {
-        run_at,
-        entry,
-        pause_key: Some(key),
-    } = &f.transition
-    {
-        keys::hold(
-            &PgTx::new(c),
-            key,
-            *run_at,
-            f.now,
-            &entry.message,
-            PauseMode::Extend,
-            Some(f.id),
-        )
-        .await?;
-    }
-    if let Some(key) = &f.release_lease {
-        keys::release(&PgTx::new(c), key, f.id, f.now).await?;
-    }
-    if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
-        c.execute(
-            "UPDATE onus_periodic SET last_run_at = $2, last_state = $3,
-             last_failure_at = CASE WHEN $4::text IS NULL THEN last_failure_at ELSE $2 END,
-             last_error = COALESCE($4::text, last_error) WHERE name = $1",
-            &[name, &f.now, &p.state.as_str(), &p.failure],
-        )
-        .await
-        .map_err(q)?;
-    }
-    Ok(true)
-}
-
-/// Builds `AND col = ANY($n)` conditions for a filter, numbering parameters after `first`.
-fn filter_sql(f: &JobFilter, first: usize) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
-    let mut sql = String::new();
-    let mut p: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
-    if !f.ids.is_empty() {
-        p.push(Box::new(f.ids.clone()));
-        sql.push_str(&format!(" AND id = ANY(${})", first + p.len()));
-    }
-    if let Some(floor) = f.id_above {
-        p.push(Box::new(floor));
-        sql.push_str(&format!(" AND id > ${}", first + p.len()));
-    }
-    if !f.states.is_empty() {
-        p.push(Box::new(
-            f.states
-                .iter()
-                .map(|s| s.as_str().to_string())
-                .collect::<Vec<_>>(),
-        ));
-        sql.push_str(&format!(" AND state = ANY(${})", first + p.len()));
-    }
-    if !f.kinds.is_empty() {
-        p.push(Box::new(f.kinds.clone()));
-        sql.push_str(&format!(" AND kind = ANY(${})", first + p.len()));
-    }
-    if !f.queues.is_empty() {
-        p.push(Box::new(f.queues.clone()));
-        sql.push_str(&format!(" AND queue = ANY(${})", first + p.len()));
-    }
-    if !f.lease_keys.is_empty() {
-        p.push(Box::new(f.lease_keys.clone()));
-        sql.push_str(&format!(" AND lease_key = ANY(${})", first + p.len()));
-    }
-    if !f.tags.is_empty() {
-        p.push(Box::new(f.tags.clone()));
-        sql.push_str(&format!(" AND tags ?| ${}", first + p.len()));
-    }
-    for (col, op, t) in [
-        ("finalized_at", ">=", f.finalized_after),
-        ("created_at", ">=", f.created_after),
-        ("created_at", "<", f.created_before),
-    ] {
-        if let Some(t) = t {
-            p.push(Box::new(t));
-            sql.push_str(&format!(" AND {col} {op} ${}", first + p.len()));
-        }
-    }
-    if let Some(text) = f.q_folded() {
-        // ASCII letters only, as SQLite's lower() folds them, so both backends match alike: lower()
-        // under the "C" collation folds ASCII alone (and is many times faster than translate()).
-        p.push(Box::new(text));
-        sql.push_str(&format!(
-            " AND strpos(replace(lower(args::text COLLATE \"C\"), ' ', ''), ${}) > 0",
-            first + p.len()
-        ));
-    }
-    if let Some(n) = f.limit {
-        p.push(Box::new(n as i64));
-        sql = format!(
-            " AND id IN (SELECT id FROM onus_jobs WHERE true{sql} ORDER BY id DESC LIMIT ${})",
-            first + p.len()
-        );
-    }
-    (sql, p)
-}
-
-fn params<'a>(
-    head: &'a [&'a (dyn ToSql + Sync)],
-    tail: &'a [Box<dyn ToSql + Sync + Send>],
-) -> Vec<&'a (dyn ToSql + Sync)> {
-    let mut v: Vec<&(dyn ToSql + Sync)> = head.to_vec();
-    v.extend(tail.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)));
-    v
-}
-
-async fn get_job(c: &impl GenericClient, id: JobId) -> StoreResult<Option<Job>> {
-    let row = c
-        .query_opt(
-            &format!("SELECT {JOB_COLS} FROM onus_jobs WHERE id = $1"),
-            &[&id],
-        )
-        .await
-        .map_err(q)?;
-    row.as_ref().map(job_from).transpose()
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
@@ -1175,7 +996,7 @@ impl Store for PostgresStore {
                 e.3.push(f.release_lease.as_deref());
                 e.4 = e.4.max(f.now);
             } else {
-                applied[i] = finish_one(&tx, f, false).await?;
+                applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
             }
         }
         // Each batch is found by its ids (the primary key). The state and the owner are compared
@@ -1294,304 +1115,6 @@ impl Store for PostgresStore {
                 .retain(|id| !attempts.get(id).is_some_and(|a| busy.contains(&(*id, *a))));
         }
         Ok(renewal)
-    }
-
-    async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {
-        let c = self.client().await?;
-        get_job(&**c, id).await
-    }
-
-    async fn list(
-        &self,
-        filter: &JobFilter,
-        limit: usize,
-        before: Option<JobId>,
-    ) -> StoreResult<Vec<Job>> {
-        let c = self.client().await?;
-        let (cond, tail) = filter_sql(filter, 2);
-        let limit = limit as i64;
-        let before = before.unwrap_or(i64::MAX);
-        let sql = format!(
-            "SELECT {JOB_COLS} FROM onus_jobs WHERE id < $1{cond} ORDER BY id DESC LIMIT $2"
-        );
-        let rows = c
-            .query(&sql, &params(&[&before, &limit], &tail))
-            .await
-            .map_err(q)?;
-        jobs_from(&rows)
-    }
-
-    async fn retry(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<RetryOutcome> {
-        const STATES: &str =
-            "state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed')";
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        let (cond, tail) = filter_sql(filter, 0);
-        let candidates: Vec<(JobId, String, Option<String>)> = tx
-            .query(
-                &format!("SELECT id, kind, unique_key FROM onus_jobs WHERE {STATES}{cond} ORDER BY id DESC FOR UPDATE"),
-                &params(&[], &tail),
-            )
-            .await
-            .map_err(q)?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect();
-        let (chosen, mut refused) = pick_retries(&candidates, &mut RetriedKeys::new());
-        let sql = format!(
-            "WITH retried AS (
-                UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),
-                    finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                    cancel_requested = false, lease_wait = false
-                WHERE id = ANY($2) AND {STATES}
-                  AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
-                       WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
-                         AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
-                RETURNING id, queue
-             ), woken AS (
-                SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM retried) q
-             )
-             SELECT id, (SELECT count(*) FROM woken) FROM retried"
-        );
-        let rows = tx.query(&sql, &[&now, &chosen]).await.map_err(|e| {
-            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                StoreError::Conflict("another unfinished job of the same kind took the unique key meanwhile; try again".into())
-            } else {
-                q(e)
-            }
-        })?;
-        let retried: Vec<JobId> = rows.iter().map(|r| r.get(0)).collect();
-        refused.extend(held_key_refusals(&candidates, &chosen, &retried));
-        if retried.is_empty() {
-            if let Some(id) = single_id(filter) {
-                return Err(refusal(id, get_job(&*tx, id).await?.as_ref(), true));
-            }
-        }
-        tx.commit().await.map_err(q)?;
-        Ok(RetryOutcome { retried, refused })
-    }
-
-    async fn cancel(&self, filter: &JobFilter, now: Timestamp) -> StoreResult<CancelOutcome> {
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        let (cond, tail) = filter_sql(filter, 1);
-        let sql = format!(
-            "UPDATE onus_jobs SET state = 'cancelled', finalized_at = $1, errors = errors || jsonb_build_array(jsonb_build_object(
-                'at', to_jsonb($1::timestamptz), 'attempt', attempt, 'class', 'cancelled', 'message', 'cancelled by request'))
-             WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond} RETURNING id"
-        );
-        let cancelled: Vec<JobId> = tx
-            .query(&sql, &params(&[&now], &tail))
-            .await
-            .map_err(q)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let (cond, tail) = filter_sql(filter, 0);
-        let sql = format!(
-            "WITH r AS (UPDATE onus_jobs SET cancel_requested = true WHERE state = 'running'{cond} RETURNING id)
-             SELECT id, pg_notify('onus_cancel', id::text) IS NULL FROM r"
-        );
-        let requested: Vec<JobId> = tx
-            .query(&sql, &params(&[], &tail))
-            .await
-            .map_err(q)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        if cancelled.is_empty() && requested.is_empty() {
-            if let Some(id) = single_id(filter) {
-                return Err(refusal(id, get_job(&*tx, id).await?.as_ref(), false));
-            }
-        }
-        tx.commit().await.map_err(q)?;
-        Ok(CancelOutcome {
-            cancelled,
-            requested,
-        })
-    }
-
-    async fn delete(&self, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
-        let c = self.client().await?;
-        let (cond, tail) = filter_sql(filter, 0);
-        let deleted: Vec<JobId> = c
-            .query(
-                &format!(
-                    "DELETE FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){cond} RETURNING id"
-                ),
-                &params(&[], &tail),
-            )
-            .await
-            .map_err(q)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        if deleted.is_empty() {
-            if let Some(id) = single_id(filter) {
-                return Err(delete_refusal(id, get_job(&**c, id).await?.as_ref()));
-            }
-        }
-        Ok(deleted)
-    }
-
-    async fn count(&self, filter: &JobFilter) -> StoreResult<u64> {
-        let c = self.client().await?;
-        let (cond, tail) = filter_sql(filter, 0);
-        let row = c
-            .query_one(
-                &format!("SELECT count(*) FROM onus_jobs WHERE true{cond}"),
-                &params(&[], &tail),
-            )
-            .await
-            .map_err(q)?;
-        let n: i64 = row.get(0);
-        Ok(n as u64)
-    }
-
-    async fn expired(
-        &self,
-        kinds: &[String],
-        now: Timestamp,
-        limit: usize,
-    ) -> StoreResult<Vec<Job>> {
-        let c = self.client().await?;
-        let limit = limit as i64;
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT {JOB_COLS} FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
-                     AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3"
-                ),
-                &[&now, &kinds, &limit],
-            )
-            .await
-            .map_err(q)?;
-        jobs_from(&rows)
-    }
-
-    async fn acquire_lease(
-        &self,
-        key: &str,
-        slots: u32,
-        job: &Job,
-        owner: &str,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> StoreResult<LeaseDecision> {
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        keys::lock_key(&PgTx::new(&tx), key).await?;
-        // The key's slots, and its pause as slot -1 when one is in force: one round trip.
-        let rows = tx
-            .query(
-                "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1
-                 UNION ALL SELECT -1, 0, until FROM onus_key_pauses WHERE key = $1 AND until > $2",
-                &[&key, &now],
-            )
-            .await
-            .map_err(q)?;
-        let ask = keys::LeaseAsk {
-            key,
-            slots,
-            job,
-            owner,
-            now,
-            until,
-        };
-        if let Some(p) = rows.iter().find(|r| r.get::<_, i32>(0) < 0) {
-            let until: Timestamp = p.get(2);
-            finish_one(&tx, &ask.paused_hold(until), false).await?;
-            // Not waiting for the disk, as for a busy key below.
-            tx.batch_execute("SET LOCAL synchronous_commit = off")
-                .await
-                .map_err(q)?;
-            tx.commit().await.map_err(q)?;
-            return Ok(LeaseDecision::Paused(until));
-        }
-        let held: Vec<keys::SlotRow> = rows
-            .iter()
-            .map(|r| (r.get::<_, i32>(0).max(0) as u32, r.get(1), r.get(2)))
-            .collect();
-        let decision = match ask.free_slot(&held) {
-            Some(s) => {
-                tx.execute(
-                    "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
-                    &[&key, &(s as i32), &job.id, &until],
-                )
-                .await
-                .map_err(q)?;
-                LeaseDecision::Acquired
-            }
-            None => {
-                let last: Option<Timestamp> = tx
-                    .query_one(
-                        "SELECT MAX(run_at) FROM onus_jobs WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
-                        &[&key, &job.id],
-                    )
-                    .await
-                    .map_err(q)?
-                    .get(0);
-                let snooze = ask.busy_snooze(&held, last);
-                finish_one(&tx, &snooze, true).await?;
-                // Not waiting for the disk: this transaction holds the key's lock, and every job
-                // of the key queues behind it (the holder's release too). A snooze lost in a
-                // crash of the database leaves the job running under this process's lease,
-                // which runs out, and the rescuer counts the attempt as lost, as for a process
-                // that died. Nothing acknowledged depends on it: a transaction that saw it
-                // commits after it, and its commit waits for both records to reach the disk.
-                tx.batch_execute("SET LOCAL synchronous_commit = off")
-                    .await
-                    .map_err(q)?;
-                LeaseDecision::Busy(match snooze.transition {
-                    Transition::Snooze { run_at, .. } => run_at,
-                    _ => now,
-                })
-            }
-        };
-        tx.commit().await.map_err(q)?;
-        Ok(decision)
-    }
-
-    async fn take_rates(&self, asks: &[RateAsk], now: Timestamp) -> StoreResult<Vec<RateDecision>> {
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        // Keys in one order, so two takers of the same keys never wait on each other in a cycle.
-        let mut order: Vec<usize> = (0..asks.len()).collect();
-        order.sort_by(|&a, &b| asks[a].key.cmp(&asks[b].key));
-        let mut out = vec![RateDecision::Taken { left: 0 }; asks.len()];
-        let mut all = true;
-        for i in order {
-            let a = &asks[i];
-            let (start_us, end_us) = a.window_at(now);
-            let (start, end) = (
-                crate::clock::from_micros(start_us),
-                crate::clock::from_micros(end_us),
-            );
-            let used: i32 = tx
-                .query_one(
-                    "INSERT INTO onus_rate_windows (key, window_start, window_end, used) VALUES ($1, $2, $3, 1)
-                     ON CONFLICT (key, window_start) DO UPDATE SET used = onus_rate_windows.used + 1
-                     RETURNING used",
-                    &[&a.key, &start, &end],
-                )
-                .await
-                .map_err(q)?
-                .get(0);
-            let used = used.max(0) as u32;
-            out[i] = if used <= a.max {
-                RateDecision::Taken { left: a.max - used }
-            } else {
-                all = false;
-                RateDecision::Spent(end)
-            };
-        }
-        if all {
-            tx.commit().await.map_err(q)?;
-        } else {
-            tx.rollback().await.map_err(q)?;
-        }
-        Ok(out)
     }
 
     async fn database_time(&self) -> StoreResult<DatabaseTime> {

@@ -1,0 +1,166 @@
+//! Recording one finished attempt, written once for both backends: the job's row, its alert,
+//! the key pause a snooze asks for, the lease slot it held, and its schedule's last run. The
+//! PostgreSQL store also finishes plain batches in one statement (its engine file); everything
+//! else comes here.
+
+use crate::job::JobId;
+use crate::outcome::Transition;
+use crate::sql::{Backend, Sql, Tx, Value};
+use crate::store::{keys, Finish, PauseMode, StoreResult};
+
+/// The attempt's row, if `owner` still runs this attempt (locked on PostgreSQL until the
+/// transaction ends; SQLite's one writer changes nothing between this read and the write). The
+/// state and owner are compared through coalesce() on PostgreSQL so no plan walks a partial
+/// index of running jobs.
+static HELD: Sql = Sql::per_backend(
+    "onus_jobs",
+    "SELECT cancel_requested, lease_expires_at FROM onus_jobs
+     WHERE id = $1 AND state = 'running' AND lease_owner = $2 AND attempt = $3",
+    "SELECT cancel_requested, lease_expires_at FROM onus_jobs
+     WHERE id = $1 AND coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $2
+       AND attempt = $3 FOR UPDATE",
+);
+
+static WRITE: Sql = Sql::per_backend(
+    "onus_jobs",
+    "UPDATE onus_jobs SET state = $1, run_at = COALESCE($2, run_at), attempt = attempt - $3,
+        snoozes = snoozes + $4, finalized_at = COALESCE($5, finalized_at),
+        discard_reason = COALESCE($6, discard_reason),
+        errors = CASE WHEN $7 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json($7)) END,
+        lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL,
+        result = CASE WHEN $1 = 'completed' THEN COALESCE($9, result) ELSE result END
+     WHERE id = $10",
+    "UPDATE onus_jobs SET state = $1, run_at = COALESCE($2, run_at), attempt = attempt - $3,
+        snoozes = snoozes + $4, finalized_at = COALESCE($5, finalized_at),
+        discard_reason = COALESCE($6, discard_reason),
+        errors = CASE WHEN $7::jsonb IS NULL THEN errors ELSE errors || jsonb_build_array($7::jsonb) END,
+        lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL,
+        result = CASE WHEN $1 = 'completed' THEN COALESCE($9::jsonb, result) ELSE result END
+     WHERE id = $10",
+);
+
+static ALERT: Sql = Sql::new(
+    "onus_alerts",
+    "INSERT INTO onus_alerts (job_id, kind, message, created_at)
+     SELECT id, kind, $1, $2 FROM onus_jobs WHERE id = $3",
+);
+
+static WAKE: Sql = Sql::new(
+    "onus_jobs",
+    "SELECT pg_notify('onus_jobs', queue) FROM onus_jobs WHERE id = $1",
+);
+
+static LAST_RUN: Sql = Sql::per_backend(
+    "onus_periodic",
+    "UPDATE onus_periodic SET last_run_at = $1, last_state = $2,
+     last_failure_at = CASE WHEN $3 IS NULL THEN last_failure_at ELSE $1 END,
+     last_error = COALESCE($3, last_error) WHERE name = $4",
+    "UPDATE onus_periodic SET last_run_at = $1, last_state = $2,
+     last_failure_at = CASE WHEN $3::text IS NULL THEN last_failure_at ELSE $1 END,
+     last_error = COALESCE($3::text, last_error) WHERE name = $4",
+);
+
+/// Records `f` inside the caller's transaction, taking its lease key's lock first (writers of a
+/// key queue up on PostgreSQL): false when the attempt no longer holds the job.
+pub(crate) async fn locked<T: Tx + ?Sized>(tx: &T, f: &Finish) -> StoreResult<bool> {
+    if let Some(key) = &f.release_lease {
+        keys::lock_key(tx, key).await?;
+    }
+    one(tx, f, false).await
+}
+
+/// Records `f` (its lease key's lock already taken where it has one); `lease_wait` marks a
+/// snooze that waits for a busy lease key. False when the attempt no longer holds the job, or
+/// a rescue found its lease renewed.
+pub(crate) async fn one<T: Tx + ?Sized>(tx: &T, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
+    let id = Value::Int(f.id);
+    let held = tx
+        .query(
+            &HELD,
+            &[id.clone(), f.owner.as_str().into(), f.attempt.into()],
+        )
+        .await?;
+    let Some(held) = held.first() else {
+        return Ok(false); // the lease was lost: a newer owner decides
+    };
+    let Some(w) = f.write_for(
+        held.get("cancel_requested")?,
+        held.get("lease_expires_at")?,
+        lease_wait,
+    ) else {
+        return Ok(false); // renewed since the rescuer looked: the job is alive
+    };
+    let entry = w.entry.as_ref().map(Value::json).transpose()?;
+    let written = tx
+        .execute(
+            &WRITE,
+            &[
+                w.state.as_str().into(),
+                w.run_at.into(),
+                i64::from(w.give_back_attempt).into(),
+                i64::from(w.snoozed).into(),
+                w.finalized_at.into(),
+                w.discard_reason.map(|r| r.as_str()).into(),
+                entry.unwrap_or(Value::Null),
+                w.lease_wait.into(),
+                f.result.clone().into(),
+                id.clone(),
+            ],
+        )
+        .await?;
+    if written == 0 {
+        return Ok(false);
+    }
+    if let Some(message) = &w.alert {
+        tx.execute(&ALERT, &[message.as_str().into(), f.now.into(), id.clone()])
+            .await?;
+    }
+    if w.wake && tx.backend() == Backend::Postgres {
+        tx.execute(&WAKE, &[id]).await?;
+    }
+    after(tx, f, &w).await?;
+    Ok(true)
+}
+
+/// What follows a finished attempt's row write: the key pause a snooze asks for, the lease slot
+/// it held (waking the key's next waiter), and its schedule's last run.
+async fn after<T: Tx + ?Sized>(
+    tx: &T,
+    f: &Finish,
+    w: &crate::outcome::RowWrite,
+) -> StoreResult<()> {
+    if let Transition::Snooze {
+        run_at,
+        entry,
+        pause_key: Some(key),
+    } = &f.transition
+    {
+        let job: Option<JobId> = Some(f.id);
+        keys::hold(
+            tx,
+            key,
+            *run_at,
+            f.now,
+            &entry.message,
+            PauseMode::Extend,
+            job,
+        )
+        .await?;
+    }
+    if let Some(key) = &f.release_lease {
+        keys::release(tx, key, f.id, f.now).await?;
+    }
+    if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
+        tx.execute(
+            &LAST_RUN,
+            &[
+                f.now.into(),
+                p.state.as_str().into(),
+                p.failure.clone().into(),
+                name.as_str().into(),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}

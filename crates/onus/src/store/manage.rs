@@ -1,0 +1,488 @@
+//! Reading and managing jobs, written once for both backends: a job row decoded, the filter
+//! every list, count and bulk action takes, and `get`, `list`, `count`, `expired`, `retry`,
+//! `cancel` and `delete`.
+
+use crate::clock::Timestamp;
+use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState, Progress};
+use crate::sql::{Backend, FromRow, Json, Row, Sql, Tx, Value};
+use crate::store::{CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult};
+
+/// Every column of a job, in the order claims return them.
+macro_rules! job_cols {
+    () => {
+        "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
+         attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, \
+         lease_owner, lease_expires_at, cancel_requested, tags, progress, result"
+    };
+}
+
+/// Every column of a job.
+pub(crate) const JOB_COLS: &str = job_cols!();
+
+impl FromRow for Job {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        let parsed = |column: &str, problem: String| StoreError::Decode {
+            table: "onus_jobs",
+            column: column.to_string(),
+            problem,
+        };
+        let state: String = r.get("state")?;
+        let reason: Option<String> = r.get("discard_reason")?;
+        let errors: Json<Vec<HistoryEntry>> = r.get("errors")?;
+        let tags: Json<Vec<String>> = r.get("tags")?;
+        let progress: Option<Json<Progress>> = r.get("progress")?;
+        Ok(Job {
+            id: r.get("id")?,
+            kind: r.get("kind")?,
+            queue: r.get("queue")?,
+            args: r.get("args")?,
+            priority: r.get("priority")?,
+            state: state.parse().map_err(|e| parsed("state", e))?,
+            attempt: r.get("attempt")?,
+            max_attempts: r.get("max_attempts")?,
+            run_at: r.get("run_at")?,
+            created_at: r.get("created_at")?,
+            attempted_at: r.get("attempted_at")?,
+            finalized_at: r.get("finalized_at")?,
+            errors: errors.0,
+            snoozes: r.get("snoozes")?,
+            discard_reason: reason
+                .map(|s| s.parse::<DiscardReason>())
+                .transpose()
+                .map_err(|e| parsed("discard_reason", e))?,
+            unique_key: r.get("unique_key")?,
+            lease_key: r.get("lease_key")?,
+            lease_owner: r.get("lease_owner")?,
+            lease_expires_at: r.get("lease_expires_at")?,
+            cancel_requested: r.get("cancel_requested")?,
+            tags: tags.0,
+            progress: progress.map(|p| p.0),
+            result: r.get("result")?,
+        })
+    }
+}
+
+/// A filter's conditions, each ` AND ...`, numbering its parameters after `params`' (which it
+/// extends): the one place a filter becomes SQL.
+pub(crate) fn conditions(b: Backend, f: &JobFilter, params: &mut Vec<Value>) -> String {
+    let mut sql = String::new();
+    let mut add = |sql: &mut String, v: Value, sqlite: &str, postgres: &str| {
+        params.push(v);
+        let text = match b {
+            Backend::Sqlite => sqlite,
+            Backend::Postgres => postgres,
+        };
+        sql.push_str(" AND ");
+        sql.push_str(&text.replace("$n", &format!("${}", params.len())));
+    };
+    for (col, list) in [
+        ("id", Value::list(f.ids.iter().copied())),
+        ("state", Value::list(f.states.iter().map(|s| s.as_str()))),
+        ("kind", Value::list(&f.kinds)),
+        ("queue", Value::list(&f.queues)),
+        ("lease_key", Value::list(&f.lease_keys)),
+    ] {
+        if !matches!(&list, Value::List(v) if v.is_empty()) {
+            let sqlite = format!("{col} IN (SELECT value FROM json_each($n))");
+            add(&mut sql, list, &sqlite, &format!("{col} = ANY($n)"));
+        }
+    }
+    if let Some(floor) = f.id_above {
+        add(&mut sql, floor.into(), "id > $n", "id > $n");
+    }
+    if !f.tags.is_empty() {
+        add(
+            &mut sql,
+            Value::list(&f.tags),
+            "EXISTS (SELECT 1 FROM json_each(onus_jobs.tags) WHERE value IN (SELECT value FROM json_each($n)))",
+            "tags ?| $n",
+        );
+    }
+    for (col, op, t) in [
+        ("finalized_at", ">=", f.finalized_after),
+        ("created_at", ">=", f.created_after),
+        ("created_at", "<", f.created_before),
+    ] {
+        if let Some(t) = t {
+            let cond = format!("{col} {op} $n");
+            add(&mut sql, t.into(), &cond, &cond);
+        }
+    }
+    if let Some(text) = f.q_folded() {
+        // ASCII letters only, as SQLite's lower() folds them, so both backends match alike: on
+        // PostgreSQL lower() under the "C" collation folds ASCII alone (and is many times faster
+        // than translate()).
+        add(
+            &mut sql,
+            text.into(),
+            "instr(replace(lower(args), ' ', ''), $n) > 0",
+            "strpos(replace(lower(args::text COLLATE \"C\"), ' ', ''), $n) > 0",
+        );
+    }
+    if let Some(n) = f.limit {
+        params.push(Value::Int(n as i64));
+        sql = format!(
+            " AND id IN (SELECT id FROM onus_jobs WHERE 1 = 1{sql} ORDER BY id DESC LIMIT ${})",
+            params.len()
+        );
+    }
+    sql
+}
+
+/// A statement built around a filter's conditions, prepared for this use only.
+fn built(b: Backend, text: String) -> Sql {
+    Sql::built("onus_jobs", b, text)
+}
+
+/// The ids a statement returned.
+async fn ids<T: Tx + ?Sized>(tx: &T, sql: &Sql, params: &[Value]) -> StoreResult<Vec<JobId>> {
+    tx.query(sql, params)
+        .await?
+        .iter()
+        .map(|r| r.get("id"))
+        .collect()
+}
+
+static GET: Sql = Sql::new(
+    "onus_jobs",
+    concat!("SELECT ", job_cols!(), " FROM onus_jobs WHERE id = $1"),
+);
+
+/// Job `id`, if there is one.
+pub(crate) async fn get<T: Tx + ?Sized>(tx: &T, id: JobId) -> StoreResult<Option<Job>> {
+    tx.fetch_opt(&GET, &[id.into()]).await
+}
+
+/// Up to `limit` jobs matching `filter` below id `before`, newest first.
+pub(crate) async fn list<T: Tx + ?Sized>(
+    tx: &T,
+    filter: &JobFilter,
+    limit: usize,
+    before: Option<JobId>,
+) -> StoreResult<Vec<Job>> {
+    let b = tx.backend();
+    let mut p = vec![Value::Int(before.unwrap_or(i64::MAX))];
+    let cond = conditions(b, filter, &mut p);
+    p.push(Value::Int(limit as i64));
+    let n = p.len();
+    let text =
+        format!("SELECT {JOB_COLS} FROM onus_jobs WHERE id < $1{cond} ORDER BY id DESC LIMIT ${n}");
+    tx.fetch(&built(b, text), &p).await
+}
+
+/// How many jobs match `filter`.
+pub(crate) async fn count<T: Tx + ?Sized>(tx: &T, filter: &JobFilter) -> StoreResult<u64> {
+    let b = tx.backend();
+    let mut p = Vec::new();
+    let cond = conditions(b, filter, &mut p);
+    let rows = tx
+        .query(
+            &built(
+                b,
+                format!("SELECT count(*) AS n FROM onus_jobs WHERE 1 = 1{cond}"),
+            ),
+            &p,
+        )
+        .await?;
+    rows.first()
+        .map_or(Ok(0), |r| r.get::<i64>("n").map(|n| n as u64))
+}
+
+static EXPIRED: Sql = Sql::per_backend(
+    "onus_jobs",
+    concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
+         AND kind IN (SELECT value FROM json_each($2)) ORDER BY lease_expires_at LIMIT $3"
+    ),
+    concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
+         AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3"
+    ),
+);
+
+/// Running jobs of `kinds` whose lease lapsed before `now`, the longest lapsed first.
+pub(crate) async fn expired<T: Tx + ?Sized>(
+    tx: &T,
+    kinds: &[String],
+    now: Timestamp,
+    limit: usize,
+) -> StoreResult<Vec<Job>> {
+    tx.fetch(
+        &EXPIRED,
+        &[now.into(), Value::list(kinds), Value::Int(limit as i64)],
+    )
+    .await
+}
+
+macro_rules! retry_states {
+    () => {
+        "state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed')"
+    };
+}
+
+const RETRY_STATES: &str = retry_states!();
+
+static RETRY: Sql = Sql::per_backend(
+    "onus_jobs",
+    concat!(
+        "UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = MAX(max_attempts, attempt + 1),
+            finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+            cancel_requested = 0, lease_wait = 0
+         WHERE id IN (SELECT value FROM json_each($2)) AND ",
+        retry_states!(),
+        " AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
+                WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
+                  AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
+         RETURNING id"
+    ),
+    concat!(
+        "WITH retried AS (
+            UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),
+                finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                cancel_requested = false, lease_wait = false
+            WHERE id = ANY($2) AND ",
+        retry_states!(),
+        " AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
+                   WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
+                     AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
+            RETURNING id, queue
+         ), woken AS (
+            SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM retried) q
+         )
+         SELECT id, (SELECT count(*) FROM woken) FROM retried"
+    ),
+);
+
+/// Makes the jobs matching `filter` that can run again due at `now` (on PostgreSQL waking the
+/// workers of their queues); a job whose unique key an unfinished job holds is refused.
+pub(crate) async fn retry<T: Tx + ?Sized>(
+    tx: &T,
+    filter: &JobFilter,
+    now: Timestamp,
+) -> StoreResult<RetryOutcome> {
+    let b = tx.backend();
+    let mut p = Vec::new();
+    let cond = conditions(b, filter, &mut p);
+    let lock = if b == Backend::Postgres {
+        " FOR UPDATE"
+    } else {
+        ""
+    };
+    let text = format!(
+        "SELECT id, kind, unique_key FROM onus_jobs WHERE {RETRY_STATES}{cond} ORDER BY id DESC{lock}"
+    );
+    let candidates = tx
+        .query(&built(b, text), &p)
+        .await?
+        .iter()
+        .map(|r| Ok((r.get("id")?, r.get("kind")?, r.get("unique_key")?)))
+        .collect::<StoreResult<Vec<(JobId, String, Option<String>)>>>()?;
+    let (chosen, mut refused) = pick_retries(&candidates, &mut RetriedKeys::new());
+    let retried = ids(
+        tx,
+        &RETRY,
+        &[now.into(), Value::list(chosen.iter().copied())],
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::Constraint(_) => StoreError::Conflict(
+            "another unfinished job of the same kind took the unique key meanwhile; try again"
+                .into(),
+        ),
+        e => e,
+    })?;
+    refused.extend(held_key_refusals(&candidates, &chosen, &retried));
+    if retried.is_empty() {
+        if let Some(id) = single_id(filter) {
+            return Err(refusal(id, get(tx, id).await?.as_ref(), true));
+        }
+    }
+    Ok(RetryOutcome { retried, refused })
+}
+
+/// Cancels the waiting jobs matching `filter` at `now` and asks the processes running the
+/// running ones to stop them (on PostgreSQL with a notice).
+pub(crate) async fn cancel<T: Tx + ?Sized>(
+    tx: &T,
+    filter: &JobFilter,
+    now: Timestamp,
+) -> StoreResult<CancelOutcome> {
+    let b = tx.backend();
+    let (mut p, entry) = match b {
+        Backend::Sqlite => (
+            vec![now.into(), now.to_rfc3339().into()],
+            "json_insert(errors, '$[#]', json_object('at', $2, 'attempt', attempt, 'class', 'cancelled', \
+             'message', 'cancelled by request'))",
+        ),
+        Backend::Postgres => (
+            vec![now.into()],
+            "errors || jsonb_build_array(jsonb_build_object('at', to_jsonb($1::timestamptz), \
+             'attempt', attempt, 'class', 'cancelled', 'message', 'cancelled by request'))",
+        ),
+    };
+    let cond = conditions(b, filter, &mut p);
+    let text = format!(
+        "UPDATE onus_jobs SET state = 'cancelled', finalized_at = $1, errors = {entry}
+         WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond} RETURNING id"
+    );
+    let cancelled = ids(tx, &built(b, text), &p).await?;
+    let mut p = Vec::new();
+    let cond = conditions(b, filter, &mut p);
+    let text = match b {
+        Backend::Sqlite => {
+            format!("UPDATE onus_jobs SET cancel_requested = 1 WHERE state = 'running'{cond} RETURNING id")
+        }
+        Backend::Postgres => format!(
+            "WITH r AS (UPDATE onus_jobs SET cancel_requested = true WHERE state = 'running'{cond} RETURNING id)
+             SELECT id, pg_notify('onus_cancel', id::text) IS NULL FROM r"
+        ),
+    };
+    let requested = ids(tx, &built(b, text), &p).await?;
+    if cancelled.is_empty() && requested.is_empty() {
+        if let Some(id) = single_id(filter) {
+            return Err(refusal(id, get(tx, id).await?.as_ref(), false));
+        }
+    }
+    Ok(CancelOutcome {
+        cancelled,
+        requested,
+    })
+}
+
+/// Deletes the finished jobs matching `filter`.
+pub(crate) async fn delete<T: Tx + ?Sized>(tx: &T, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
+    let b = tx.backend();
+    let mut p = Vec::new();
+    let cond = conditions(b, filter, &mut p);
+    let text = format!(
+        "DELETE FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){cond} RETURNING id"
+    );
+    let deleted = ids(tx, &built(b, text), &p).await?;
+    if deleted.is_empty() {
+        if let Some(id) = single_id(filter) {
+            return Err(delete_refusal(id, get(tx, id).await?.as_ref()));
+        }
+    }
+    Ok(deleted)
+}
+
+/// The job each `(kind, unique_key)` retried so far, newest first.
+pub(crate) type RetriedKeys = std::collections::HashMap<(String, String), JobId>;
+
+/// Picks, among retry candidates `(id, kind, unique_key)` newest first, the ones to retry: every
+/// job without a unique key, and of the jobs sharing a kind and unique key only the newest (the
+/// unique index allows one unfinished job per key), counting those already in `seen` (a bulk
+/// retry in chunks passes the same map to every chunk). The others are refused with the reason.
+pub(crate) fn pick_retries(
+    candidates: &[(JobId, String, Option<String>)],
+    seen: &mut RetriedKeys,
+) -> (Vec<JobId>, Vec<Refused>) {
+    let mut chosen = Vec::new();
+    let mut refused = Vec::new();
+    for (id, kind, key) in candidates {
+        let Some(k) = key else {
+            chosen.push(*id);
+            continue;
+        };
+        match seen.entry((kind.clone(), k.clone())) {
+            std::collections::hash_map::Entry::Occupied(newer) => refused.push(Refused {
+                id: *id,
+                reason: format!(
+                    "job {} of kind {kind} has the same unique key {k:?} and is retried instead",
+                    newer.get()
+                ),
+            }),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(*id);
+                chosen.push(*id);
+            }
+        }
+    }
+    (chosen, refused)
+}
+
+/// The refusals for chosen jobs with a unique key that the update left alone: an unfinished job
+/// of the same kind holds the key.
+pub(crate) fn held_key_refusals(
+    candidates: &[(JobId, String, Option<String>)],
+    chosen: &[JobId],
+    retried: &[JobId],
+) -> Vec<Refused> {
+    let retried: std::collections::HashSet<&JobId> = retried.iter().collect();
+    let chosen: std::collections::HashSet<&JobId> = chosen.iter().collect();
+    candidates
+        .iter()
+        .filter(|(id, _, key)| key.is_some() && chosen.contains(id) && !retried.contains(id))
+        .map(|(id, kind, key)| Refused {
+            id: *id,
+            reason: format!(
+                "another unfinished {kind} job holds its unique key {:?}; finish or cancel that one first",
+                key.as_deref().unwrap_or_default()
+            ),
+        })
+        .collect()
+}
+
+/// When a retry or cancel by filter changed nothing: the single job it named, if it named exactly
+/// one, so the caller can explain why (see [`refusal`]).
+pub(crate) fn single_id(f: &JobFilter) -> Option<JobId> {
+    match f.ids.as_slice() {
+        [id] if f.states.is_empty()
+            && f.kinds.is_empty()
+            && f.queues.is_empty()
+            && f.lease_keys.is_empty()
+            && f.tags.is_empty()
+            && f.id_above.is_none()
+            && f.finalized_after.is_none()
+            && f.created_after.is_none()
+            && f.created_before.is_none()
+            && f.q.is_none()
+            && f.limit.is_none() =>
+        {
+            Some(*id)
+        }
+        _ => None,
+    }
+}
+
+/// Why one named job was not deleted: it is absent, or not finished.
+pub(crate) fn delete_refusal(id: JobId, job: Option<&Job>) -> StoreError {
+    match job {
+        None => StoreError::NotFound(id),
+        Some(j) => StoreError::Conflict(format!(
+            "job {id} is {}; only finished jobs (completed, discarded, cancelled) can be deleted: cancel it first",
+            j.state
+        )),
+    }
+}
+
+/// Why a single-job retry (`retry = true`) or cancel did nothing, as an error the caller can act on.
+pub(crate) fn refusal(id: JobId, job: Option<&Job>, retry: bool) -> StoreError {
+    let Some(j) = job else {
+        return StoreError::NotFound(id);
+    };
+    if retry && j.state != JobState::Completed && j.state != JobState::Running {
+        if let Some(key) = &j.unique_key {
+            return StoreError::Conflict(format!(
+                "job {id} cannot be retried: another unfinished {} job holds its unique key {key:?}; finish or cancel that one first",
+                j.kind
+            ));
+        }
+    }
+    let (action, why) = if retry {
+        (
+            "retried",
+            "only discarded, cancelled, retryable, scheduled and snoozed jobs can be retried",
+        )
+    } else {
+        ("cancelled", "it is already finished")
+    };
+    StoreError::Conflict(format!(
+        "job {id} is {}; it cannot be {action}: {why}",
+        j.state
+    ))
+}
