@@ -1,7 +1,145 @@
-//! Admission before an attempt starts, as far as the database holds it: the rate windows a job
-//! takes a use of once it holds its lease key.
+//! Admission before an attempt starts, the same for in-process workers and pull claims: the
+//! kind's retry budget, then the job's lease key (a slot taken, or the job snoozed while the key
+//! is busy, or held while it is paused), then the kind's rate window.
 
+use super::Shared;
+use crate::job::Job;
 use crate::limits::{RateWindow, WhenSpent};
+use crate::outcome::Transition;
+use crate::store::LeaseDecision;
+use crate::Timestamp;
+
+/// What admission decided for a claimed job.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Run it, holding `lease` (its lease key's slot, released with its outcome).
+    Run {
+        /// The lease key it holds.
+        lease: Option<String>,
+    },
+    /// Not run: the store already wrote its state in the same write that found its lease key
+    /// busy (`busy`: snoozed until a slot frees) or paused (held until the pause ends).
+    Written {
+        /// The key was busy, not paused.
+        busy: bool,
+    },
+    /// Not run: write this transition (a budget deferral, a spent rate window, or handed back
+    /// when the database could not be asked), letting go of the lease key it took, if any.
+    Write(Transition, Option<String>),
+}
+
+/// Admits `job`, claimed by `owner`, to start an attempt at `now`, its lease key held until
+/// `until` (see [`Admission`]).
+pub(crate) async fn admit(
+    shared: &Shared,
+    job: &Job,
+    owner: &str,
+    now: Timestamp,
+    until: Timestamp,
+) -> Admission {
+    // A retry over its kind's budget waits for it, before it takes anything.
+    if let Some(defer) = budget(shared, job) {
+        return Admission::Write(defer, None);
+    }
+    let mut lease = None;
+    if let Some(key) = &job.lease_key {
+        let slots = shared.kinds.get(&job.kind).map_or(1, |k| k.lease_slots);
+        match shared
+            .store
+            .acquire_lease(key, slots, job, owner, now, until)
+            .await
+        {
+            Ok(LeaseDecision::Acquired) => lease = Some(key.clone()),
+            Ok(LeaseDecision::Busy(_)) => return Admission::Written { busy: true },
+            Ok(LeaseDecision::Paused(_)) => return Admission::Written { busy: false },
+            Err(e) => {
+                tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
+                return Admission::Write(Transition::Return, None);
+            }
+        }
+    }
+    // A spent rate window snoozes or drops the job, letting go of its lease key.
+    match rate(shared, job).await {
+        Some(t) => Admission::Write(t, lease),
+        None => Admission::Run { lease },
+    }
+}
+
+/// Admits the attempt `job` is about to start under its kind's retry budget: `None` to run
+/// it, or the deferral to write when the budget is spent.
+fn budget(shared: &Shared, job: &Job) -> Option<crate::outcome::Transition> {
+    let budget = shared
+        .kinds
+        .get(&job.kind)
+        .and_then(|k| k.retry_budget)
+        .or(shared.options.retry_budget)?;
+    let now = shared.clock.now();
+    let until = shared
+        .budgets
+        .admit(
+            &job.kind,
+            &budget,
+            job.attempt > 1,
+            job.errors
+                .last()
+                .is_some_and(|e| e.class == crate::job::EntryClass::Deferred),
+            now,
+        )
+        .err()?;
+    Some(crate::outcome::Transition::Defer {
+        run_at: until,
+        entry: crate::job::HistoryEntry {
+            at: now,
+            attempt: job.attempt,
+            class: crate::job::EntryClass::Deferred,
+            message: format!(
+                "retry deferred to {until}: the kind's retry budget ({:.0}% of attempts per {}, at least {}) is spent",
+                budget.ratio * 100.0,
+                crate::policy::human(budget.window),
+                budget.min_per_window.max(1)
+            ),
+        },
+    })
+}
+
+/// Takes a use of the rate window `job`'s kind has from configuration, once the attempt
+/// holds everything else it needs (its lease key), so a use is spent only by an attempt that
+/// then runs. `None` to run it, or the state change to write instead (a snooze to the next
+/// window, a drop, or a hand-back when the database could not be asked).
+async fn rate(shared: &Shared, job: &Job) -> Option<crate::outcome::Transition> {
+    let kind = shared.kinds.get(&job.kind)?;
+    let (limit, template) = kind.rate.as_ref()?;
+    let now = shared.clock.now();
+    let answer = match template.render(&job.args) {
+        Ok(key) => {
+            // A paused rate key holds the job until its pause ends, as a paused lease key does.
+            match shared.store.paused_until(&key, now).await {
+                Ok(Some(until)) => return Some(crate::outcome::Transition::Hold { run_at: until }),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(job = job.id, error = %e, "cannot read the rate key's pause; handing the job back");
+                    return Some(crate::outcome::Transition::Return);
+                }
+            }
+            take_rates(&*shared.store, now, &[(limit, &key)]).await
+        }
+        Err(e) => Err(crate::JobError::discard(e)),
+    };
+    match answer {
+        Ok(()) => None,
+        Err(crate::JobError::Retryable(e)) => {
+            tracing::warn!(job = job.id, error = %e, "cannot take the kind's rate window; handing the job back");
+            Some(crate::outcome::Transition::Return)
+        }
+        Err(e) => Some(crate::outcome::decide(
+            job,
+            crate::outcome::AttemptEnd::Returned(Err(e)),
+            &kind.policy,
+            now,
+            &mut rand::thread_rng(),
+        )),
+    }
+}
 
 /// Takes one use of each `(limit, key)` at `now`, all or none: when any window is spent nothing
 /// is taken and the error is the job's answer (a snooze to the next window, or a drop; a spent

@@ -59,8 +59,6 @@ pub(crate) struct Snapshot {
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
-    /// Each running queue's door for this process's own inserts.
-    intakes: Mutex<HashMap<String, Arc<super::worker::Intake>>>,
     held: Mutex<HashMap<JobId, Entry>>,
     /// The lease keys this process's attempts are taking or hold.
     pub(crate) keys: Arc<KeyGates>,
@@ -79,45 +77,11 @@ impl Hub {
         q.entry(name.to_string()).or_default().clone()
     }
 
-    /// Opens (`Some`) or closes `queue`'s door for this process's own inserts.
-    pub(crate) fn set_intake(&self, queue: &str, intake: Option<Arc<super::worker::Intake>>) {
-        let mut m = self.intakes.lock().unwrap_or_else(|e| e.into_inner());
-        match intake {
-            Some(i) => m.insert(queue.to_string(), i),
-            None => m.remove(queue),
-        };
-    }
-
-    /// `queue`'s door for this process's own inserts, while its worker runs.
-    pub(crate) fn intake(&self, queue: &str) -> Option<Arc<super::worker::Intake>> {
-        self.intakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(queue)
-            .cloned()
-    }
-
     /// Tells the workers of `queue` that a job may be due.
     pub(crate) fn wake(&self, queue: &str) {
         let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = q.get(queue) {
             n.notify_one();
-        }
-    }
-
-    /// Wakes the workers of every queue that found nothing at its last claim (another process
-    /// wrote something, which may be a job for any of them).
-    pub(crate) fn wake_idle(&self) {
-        let idle: Vec<String> = self
-            .intakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|(_, i)| i.is_idle())
-            .map(|(q, _)| q.clone())
-            .collect();
-        for q in idle {
-            self.wake(&q);
         }
     }
 

@@ -319,7 +319,7 @@ impl JobContext {
     {
         let finish = crate::store::Finish {
             result: self.kept_result(),
-            ..super::worker::finish_of(
+            ..super::attempt::finish_of(
                 &self.client.shared,
                 &self.job,
                 Transition::Complete,

@@ -6,16 +6,20 @@
 
 mod admission;
 mod alerts;
+mod attempt;
 mod client;
+mod execute;
+mod finisher;
 mod hub;
 mod kind;
 mod maintenance;
 pub mod metrics;
 mod periodic;
+mod prepare;
+mod producer;
 mod pull;
 mod queues;
 mod skew;
-mod worker;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -191,6 +195,8 @@ pub(crate) struct Shared {
     pub(crate) periodics: Vec<Periodic>,
     pub(crate) options: Options,
     pub(crate) hub: Hub,
+    /// Each running queue's door for this process's own inserts.
+    pub(crate) intakes: producer::Intakes,
     pub(crate) owner: String,
     pub(crate) skew: skew::Skew,
     pub(crate) budgets: crate::budget::Budgets,
@@ -218,84 +224,6 @@ impl Shared {
                 Some((k.clone(), n))
             })
             .collect()
-    }
-
-    /// Takes a use of the rate window `job`'s kind has from configuration, once the attempt
-    /// holds everything else it needs (its lease key), so a use is spent only by an attempt that
-    /// then runs. `None` to run it, or the state change to write instead (a snooze to the next
-    /// window, a drop, or a hand-back when the database could not be asked).
-    pub(crate) async fn take_rate(&self, job: &crate::Job) -> Option<crate::outcome::Transition> {
-        let kind = self.kinds.get(&job.kind)?;
-        let (limit, template) = kind.rate.as_ref()?;
-        let now = self.clock.now();
-        let answer = match template.render(&job.args) {
-            Ok(key) => {
-                // A paused rate key holds the job until its pause ends, as a paused lease key does.
-                match self.store.paused_until(&key, now).await {
-                    Ok(Some(until)) => {
-                        return Some(crate::outcome::Transition::Hold { run_at: until })
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(job = job.id, error = %e, "cannot read the rate key's pause; handing the job back");
-                        return Some(crate::outcome::Transition::Return);
-                    }
-                }
-                admission::take_rates(&*self.store, now, &[(limit, &key)]).await
-            }
-            Err(e) => Err(crate::JobError::discard(e)),
-        };
-        match answer {
-            Ok(()) => None,
-            Err(crate::JobError::Retryable(e)) => {
-                tracing::warn!(job = job.id, error = %e, "cannot take the kind's rate window; handing the job back");
-                Some(crate::outcome::Transition::Return)
-            }
-            Err(e) => Some(crate::outcome::decide(
-                job,
-                crate::outcome::AttemptEnd::Returned(Err(e)),
-                &kind.policy,
-                now,
-                &mut rand::thread_rng(),
-            )),
-        }
-    }
-
-    /// Admits the attempt `job` is about to start under its kind's retry budget: `None` to run
-    /// it, or the deferral to write when the budget is spent.
-    pub(crate) fn admit(&self, job: &crate::Job) -> Option<crate::outcome::Transition> {
-        let budget = self
-            .kinds
-            .get(&job.kind)
-            .and_then(|k| k.retry_budget)
-            .or(self.options.retry_budget)?;
-        let now = self.clock.now();
-        let until = self
-            .budgets
-            .admit(
-                &job.kind,
-                &budget,
-                job.attempt > 1,
-                job.errors
-                    .last()
-                    .is_some_and(|e| e.class == crate::job::EntryClass::Deferred),
-                now,
-            )
-            .err()?;
-        Some(crate::outcome::Transition::Defer {
-            run_at: until,
-            entry: crate::job::HistoryEntry {
-                at: now,
-                attempt: job.attempt,
-                class: crate::job::EntryClass::Deferred,
-                message: format!(
-                    "retry deferred to {until}: the kind's retry budget ({:.0}% of attempts per {}, at least {}) is spent",
-                    budget.ratio * 100.0,
-                    crate::policy::human(budget.window),
-                    budget.min_per_window.max(1)
-                ),
-            },
-        })
     }
 
     /// Whether this process runs `kind` (it has a handler here, not an outside worker).
@@ -496,6 +424,7 @@ impl Builder {
             periodics: self.periodics,
             options: self.options,
             hub: Hub::default(),
+            intakes: Default::default(),
             owner,
             skew: skew::Skew::default(),
             budgets: Default::default(),
@@ -636,13 +565,17 @@ impl Onus {
         let stop = CancellationToken::new();
         let hard = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let (finish_tx, finish_rx) = mpsc::unbounded_channel::<worker::Outcome>();
+        let (finish_tx, finish_rx) = mpsc::unbounded_channel::<attempt::QueuedOutcome>();
         let abandon = CancellationToken::new();
-        let finisher = tokio::spawn(worker::finisher(shared.clone(), finish_rx, abandon.clone()));
+        let finisher = tokio::spawn(finisher::finisher(
+            shared.clone(),
+            finish_rx,
+            abandon.clone(),
+        ));
         let mut tasks = Vec::new();
         if !shared.handled_kinds().is_empty() {
             for (q, conc) in &shared.queues {
-                tasks.push(tokio::spawn(worker::run_queue(
+                tasks.push(tokio::spawn(producer::run_queue(
                     shared.clone(),
                     q.clone(),
                     *conc,

@@ -10,10 +10,11 @@ use rand::distributions::{Alphanumeric, DistString};
 
 use crate::clock::{add, Timestamp};
 use crate::job::{Job, JobId, JobState};
-use crate::outcome::{decide, AttemptEnd, Transition};
-use crate::store::{ClaimRequest, HeldJob, LeaseDecision, StoreError};
+use crate::outcome::{AttemptEnd, Transition};
+use crate::store::{ClaimRequest, HeldJob, StoreError};
 use crate::JobResult;
 
+use super::admission::Admission;
 use super::{Client, Error};
 
 /// The longest a claim waits for a job to come due.
@@ -142,7 +143,7 @@ impl Client {
         limit: usize,
         wait: Duration,
     ) -> Result<Vec<Claimed>, Error> {
-        super::client::check_name("queue", queue)?;
+        super::prepare::check_name("queue", queue)?;
         if kinds.is_empty() {
             return Err(Error::Invalid(
                 "kinds: name at least one kind to claim".into(),
@@ -203,7 +204,7 @@ impl Client {
                 for j in &jobs {
                     super::metrics::picked_up(queue, now - j.run_at);
                 }
-                let jobs = self.take_lease_keys(jobs, &owner, now, until).await;
+                let jobs = self.admit_claimed(jobs, &owner, now, until).await;
                 out.extend(jobs.into_iter().map(|job| Claimed {
                     lease_token: token_of(&secret, job.attempt),
                     lease_expires_at: job.lease_expires_at.unwrap_or(until),
@@ -220,11 +221,9 @@ impl Client {
         }
     }
 
-    /// Defers claimed retries over their kind's retry budget, and takes the lease key of each
-    /// claimed job that has one, as a worker in the process does before running it: a job whose key is busy is snoozed until a slot frees, one whose key is
-    /// paused is held until the pause ends, and neither is handed out. A job whose key cannot be
-    /// taken (the database failed) is handed back, due now.
-    async fn take_lease_keys(
+    /// Admits the claimed jobs as a worker in the process admits its own ([`super::admission`]):
+    /// only the admitted are handed out; the others are snoozed, held, deferred or handed back.
+    async fn admit_claimed(
         &self,
         jobs: Vec<Job>,
         owner: &str,
@@ -233,40 +232,10 @@ impl Client {
     ) -> Vec<Job> {
         let mut out = Vec::with_capacity(jobs.len());
         for job in jobs {
-            // A retry over its kind's budget waits for it, before it takes anything.
-            if let Some(defer) = self.shared.admit(&job) {
-                self.hand_back(&job, defer, None).await;
-                continue;
-            }
-            let Some(key) = job.lease_key.clone() else {
-                if let Some(t) = self.shared.take_rate(&job).await {
-                    self.hand_back(&job, t, None).await;
-                } else {
-                    out.push(job);
-                }
-                continue;
-            };
-            let slots = self
-                .shared
-                .kinds
-                .get(&job.kind)
-                .map_or(1, |k| k.lease_slots);
-            match self
-                .shared
-                .store
-                .acquire_lease(&key, slots, &job, owner, now, until)
-                .await
-            {
-                Ok(LeaseDecision::Acquired) => match self.shared.take_rate(&job).await {
-                    // A spent rate window snoozes or drops the job, letting go of its key.
-                    Some(t) => self.hand_back(&job, t, Some(key)).await,
-                    None => out.push(job),
-                },
-                Ok(LeaseDecision::Busy(_) | LeaseDecision::Paused(_)) => {}
-                Err(e) => {
-                    tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                    self.hand_back(&job, Transition::Return, None).await;
-                }
+            match super::admission::admit(&self.shared, &job, owner, now, until).await {
+                Admission::Run { .. } => out.push(job),
+                Admission::Written { .. } => {}
+                Admission::Write(t, key) => self.hand_back(&job, t, key).await,
             }
         }
         out
@@ -274,7 +243,7 @@ impl Client {
 
     /// Writes `t` for a claimed job not handed out (releasing `key` if it took it).
     async fn hand_back(&self, job: &Job, t: Transition, key: Option<String>) {
-        let back = super::worker::finish_of(&self.shared, job, t, key);
+        let back = super::attempt::finish_of(&self.shared, job, t, key);
         if let Err(e) = self.shared.store.finish(vec![back]).await {
             tracing::warn!(job = job.id, error = %e, "cannot write the claimed job's state; its lease will run out");
         }
@@ -393,16 +362,12 @@ impl Client {
             Err(_) if job.cancel_requested => AttemptEnd::Cancelled,
             r => AttemptEnd::Returned(r),
         };
-        let transition = decide(&job, end, &policy, now, &mut rand::thread_rng());
-        let took = job.attempted_at.and_then(|t| (now - t).to_std().ok());
-        super::metrics::attempt(&job.kind, &transition, took);
         // A job with a lease key took it at its claim; its answer releases it.
         let release = job.lease_key.clone();
-        let result = kept.filter(|_| matches!(transition, Transition::Complete));
-        let finish = crate::store::Finish {
-            result,
-            ..super::worker::finish_of(&self.shared, &job, transition, release)
-        };
+        let mut finish = super::attempt::ended(&self.shared, &job, Some(end), &policy, release);
+        let took = job.attempted_at.and_then(|t| (now - t).to_std().ok());
+        super::metrics::attempt(&job.kind, &finish.transition, took);
+        finish.result = kept.filter(|_| matches!(finish.transition, Transition::Complete));
         let applied = self.shared.store.finish(vec![finish]).await?;
         if applied.first() != Some(&true) {
             return Err(stale(id));

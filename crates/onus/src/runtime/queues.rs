@@ -120,7 +120,7 @@ impl Client {
     /// Pauses `queue` in every process sharing the database: nothing more is claimed from it
     /// until [`Client::resume_queue`]; running jobs finish. Pausing a paused queue keeps its time.
     pub async fn pause_queue(&self, queue: &str) -> Result<(), Error> {
-        super::client::check_name("queue", queue)?;
+        super::prepare::check_name("queue", queue)?;
         let now = self.now();
         let name = queue.to_string();
         self.db()
@@ -131,7 +131,7 @@ impl Client {
 
     /// Resumes a paused queue; false when it was not paused.
     pub async fn resume_queue(&self, queue: &str) -> Result<bool, Error> {
-        super::client::check_name("queue", queue)?;
+        super::prepare::check_name("queue", queue)?;
         let now = self.now();
         let name = queue.to_string();
         let resumed = self

@@ -165,3 +165,23 @@ impl Skew {
         !unsafe_now
     }
 }
+
+/// Resolves when a manual clock moves; never for the system clock.
+pub(crate) async fn jumped(rx: &mut Option<tokio::sync::watch::Receiver<crate::Timestamp>>) {
+    match rx {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// How long a held job may go without a renewal reaching the database before this process must
+/// assume another process will rescue it: three quarters of a lease, less this process's measured
+/// clock offset (see [`Skew`]).
+pub(crate) fn fence_after(shared: &Shared) -> Duration {
+    let skew = shared.skew.latest().map_or(Duration::ZERO, |r| r.worst());
+    shared.options.lease_ttl.mul_f64(0.75).saturating_sub(skew)
+}

@@ -1,5 +1,6 @@
-//! Workers: claim due jobs in batches, run each handler with its kind's timeout, turn the answer
-//! into a transition, and record outcomes in batches.
+//! A queue's producer: claims due jobs in batches, holds them ready, and starts each attempt in a
+//! run slot ([`super::execute`]); and the door through which this process's own inserts reach an
+//! idle queue ([`Intake`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,13 +12,14 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::attempt::{finish_of, QueuedOutcome};
+use super::execute::{execute, send};
 use super::hub::Hold;
-use super::kind::JobContext;
 use super::Shared;
 use crate::clock::add;
 use crate::job::Job;
-use crate::outcome::{decide, AttemptEnd, Transition};
-use crate::store::{ClaimRequest, Finish, LeaseDecision, StoreError};
+use crate::outcome::Transition;
+use crate::store::ClaimRequest;
 use crate::StoreResult;
 
 /// One queue's producer: claims due jobs in batches and spawns their attempts.
@@ -34,7 +36,7 @@ pub(crate) async fn run_queue(
     stop: CancellationToken,
     hard: CancellationToken,
     tracker: TaskTracker,
-    finish: mpsc::UnboundedSender<Outcome>,
+    finish: mpsc::UnboundedSender<QueuedOutcome>,
 ) {
     let batch = shared.options.claim_batch.max(1);
     let slots = Arc::new(Semaphore::new(concurrency * 2)); // claimed: running or ready
@@ -47,7 +49,7 @@ pub(crate) async fn run_queue(
         ready: ready.clone(),
         finish: finish.clone(),
     });
-    shared.hub.set_intake(&queue, Some(intake.clone()));
+    shared.intakes.set(&queue, Some(intake.clone()));
     let dispatcher = tokio::spawn(dispatch(
         shared.clone(),
         ready_rx,
@@ -138,11 +140,11 @@ pub(crate) async fn run_queue(
             }
             _ = notify.notified(), if drained && inflight.is_empty() => drained = false,
             _ = tokio::time::sleep(shared.options.poll_interval), if drained && inflight.is_empty() => drained = false,
-            _ = jumped(&mut jumps), if drained && inflight.is_empty() => drained = false,
+            _ = super::skew::jumped(&mut jumps), if drained && inflight.is_empty() => drained = false,
         }
     }
     intake.idle.store(false, Ordering::SeqCst);
-    shared.hub.set_intake(&queue, None);
+    shared.intakes.set(&queue, None);
     drop(intake);
     // Claims still in flight end here; what they took is handed back.
     while let Some((claimed, permits, started, _)) = inflight.next().await {
@@ -162,7 +164,7 @@ pub(crate) struct Intake {
     slots: Arc<Semaphore>,
     idle: AtomicBool,
     ready: mpsc::UnboundedSender<Ready>,
-    finish: mpsc::UnboundedSender<Outcome>,
+    finish: mpsc::UnboundedSender<QueuedOutcome>,
 }
 
 impl std::fmt::Debug for Intake {
@@ -341,7 +343,7 @@ async fn gather(
 fn hold_claimed(
     shared: &Arc<Shared>,
     queue: &str,
-    finish: &mpsc::UnboundedSender<Outcome>,
+    finish: &mpsc::UnboundedSender<QueuedOutcome>,
     claimed: StoreResult<Vec<Job>>,
     started: Instant,
     failing: &mut bool,
@@ -366,10 +368,10 @@ fn hold_claimed(
     // A claim that answered after most of a lease: the leases may run out before a renewal
     // reaches the database, so these jobs are handed back unstarted (a guarded write: if a
     // rescuer took one meanwhile, it stays the rescuer's) instead of run here.
-    if started.elapsed() >= super::maintenance::fence_after(shared) {
+    if started.elapsed() >= super::skew::fence_after(shared) {
         tracing::warn!(queue = %queue, jobs = claimed.len(), "a claim answered too late to run its jobs safely; handing them back");
         for job in &claimed {
-            let _ = finish.send(Outcome::unheld(finish_of(
+            let _ = finish.send(QueuedOutcome::unheld(finish_of(
                 shared,
                 job,
                 Transition::Return,
@@ -411,52 +413,6 @@ struct Ready {
     job: Job,
     hold: Hold,
     claimed: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// An outcome to write, and the hold to release once it is written.
-#[derive(Debug)]
-pub(crate) struct Outcome {
-    pub(crate) finish: Finish,
-    pub(crate) hold: Option<u64>,
-    /// The kind and how long the attempt ran, counted in the metrics once the outcome is
-    /// recorded (an outcome refused by its lease guard was never this process's to count).
-    pub(crate) counted: Option<(String, Option<Duration>)>,
-    /// The handler completed the job in its own transaction
-    /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): this write finds it
-    /// done, which is no lost lease.
-    pub(crate) pre_completed: bool,
-    /// The attempt's count on its lease key, let go of (dropped) when this outcome is written or
-    /// given up.
-    pub(crate) _ticket: Option<super::hub::KeyTicket>,
-}
-
-impl Outcome {
-    /// An outcome for a job this process does not hold (a rescue).
-    pub(crate) fn unheld(finish: Finish) -> Self {
-        Outcome {
-            finish,
-            hold: None,
-            counted: None,
-            pre_completed: false,
-            _ticket: None,
-        }
-    }
-}
-
-/// Releases a held job when its attempt's task ends without queuing an outcome (no outcome to
-/// write, or a panic in the runtime itself), so its lease runs out instead of being renewed.
-struct Unhold<'a> {
-    shared: &'a Shared,
-    id: crate::job::JobId,
-    serial: u64,
-}
-
-impl Drop for Unhold<'_> {
-    fn drop(&mut self) {
-        self.shared
-            .hub
-            .release_unless_finishing(self.id, self.serial);
-    }
 }
 
 /// The most jobs of one lease key kept aside in a queue, per slot of the key.
@@ -531,7 +487,7 @@ async fn dispatch(
     stop: CancellationToken,
     hard: CancellationToken,
     tracker: TaskTracker,
-    finish: mpsc::UnboundedSender<Outcome>,
+    finish: mpsc::UnboundedSender<QueuedOutcome>,
 ) {
     let mut parked = Parked::default();
     let mut freed = shared.hub.keys.watch();
@@ -599,459 +555,55 @@ async fn dispatch(
     }
 }
 
-/// Queues the outcome of a held job; the finisher releases the hold once it is written.
-fn send(shared: &Shared, finish: &mpsc::UnboundedSender<Outcome>, f: Finish, hold: &Hold) {
-    send_outcome(shared, finish, f, hold, None, false, None);
+/// Releases a held job when its attempt's task ends without queuing an outcome (no outcome to
+/// write, or a panic in the runtime itself), so its lease runs out instead of being renewed.
+struct Unhold<'a> {
+    shared: &'a Shared,
+    id: crate::job::JobId,
+    serial: u64,
 }
 
-fn send_outcome(
-    shared: &Shared,
-    finish: &mpsc::UnboundedSender<Outcome>,
-    f: Finish,
-    hold: &Hold,
-    counted: Option<(String, Option<Duration>)>,
-    pre_completed: bool,
-    ticket: Option<super::hub::KeyTicket>,
-) {
-    let id = f.id;
-    shared.hub.finishing(id, hold.serial);
-    if finish
-        .send(Outcome {
-            finish: f,
-            hold: Some(hold.serial),
-            counted,
-            pre_completed,
-            _ticket: ticket,
-        })
-        .is_err()
-    {
-        shared.hub.release(id, hold.serial);
+impl Drop for Unhold<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .hub
+            .release_unless_finishing(self.id, self.serial);
     }
 }
 
-/// Resolves when a manual clock moves; never for the system clock.
-pub(crate) async fn jumped(rx: &mut Option<tokio::sync::watch::Receiver<crate::Timestamp>>) {
-    match rx {
-        Some(rx) => {
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await
-            }
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
+/// Each running queue's door for this process's own inserts.
+#[derive(Debug, Default)]
+pub(crate) struct Intakes(std::sync::Mutex<HashMap<String, Arc<Intake>>>);
 
-/// Runs one attempt of `job` and queues its outcome.
-async fn execute(
-    shared: &Arc<Shared>,
-    job: Job,
-    hold: &Hold,
-    hard: CancellationToken,
-    finish: &mpsc::UnboundedSender<Outcome>,
-    started: &AtomicU64,
-    ticket: Option<super::hub::KeyTicket>,
-) {
-    let cancel = hold.cancel.clone();
-    let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
-        return; // claims only ask for known kinds
-    };
-    let Some(handler) = kind.handler.clone() else {
-        return;
-    };
-    let policy = &kind.policy;
-    // A retry over its kind's budget waits for it, before it takes anything.
-    if let Some(defer) = shared.admit(&job) {
-        send(shared, finish, finish_of(shared, &job, defer, None), hold);
-        return;
-    }
-    let mut release_lease = None;
-    if let Some(key) = &job.lease_key {
-        let now = shared.clock.now();
-        let until = add(now, shared.options.lease_ttl);
-        let decision = tokio::select! {
-            biased;
-            // Lost while waiting for the key: a slot taken meanwhile is released by the rescue or
-            // lapses within a lease (nobody renews it).
-            _ = hold.lost.cancelled() => return,
-            d = shared
-                .store
-                .acquire_lease(key, kind.lease_slots, &job, &shared.owner, now, until) => d,
+impl Intakes {
+    /// Opens (`Some`) or closes `queue`'s door.
+    pub(crate) fn set(&self, queue: &str, intake: Option<Arc<Intake>>) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match intake {
+            Some(i) => m.insert(queue.to_string(), i),
+            None => m.remove(queue),
         };
-        match decision {
-            Ok(LeaseDecision::Acquired) => release_lease = Some(key.clone()),
-            Ok(LeaseDecision::Busy(_)) => {
-                // The store snoozed the job in the same write; it wakes when a slot frees.
-                shared.hub.wake(&job.queue);
-                return;
-            }
-            // The store held the job in the same write until the key's pause ends.
-            Ok(LeaseDecision::Paused(_)) => return,
-            Err(e) => {
-                tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                send(
-                    shared,
-                    finish,
-                    finish_of(shared, &job, Transition::Return, None),
-                    hold,
-                );
-                return;
-            }
+    }
+
+    /// Wakes the workers of every queue that found nothing at its last claim (another process
+    /// wrote something, which may be a job for any of them).
+    pub(crate) fn wake_idle(&self, hub: &super::Hub) {
+        let idle: Vec<String> = (self.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .iter()
+            .filter(|(_, i)| i.is_idle())
+            .map(|(q, _)| q.clone())
+            .collect();
+        for q in idle {
+            hub.wake(&q);
         }
     }
 
-    // A spent rate window snoozes or drops the job, letting go of its lease key.
-    if let Some(t) = shared.take_rate(&job).await {
-        send(
-            shared,
-            finish,
-            finish_of(shared, &job, t, release_lease),
-            hold,
-        );
-        return;
-    }
-    if hold.lost.is_cancelled() {
-        return; // fenced before it could start
-    }
-    // Counted for the ready buffer once the handler starts: a job that found its lease key busy
-    // ran nothing, and counting it would grow the buffer with more jobs of busy keys.
-    started.fetch_add(1, Ordering::Relaxed);
-    let job = Arc::new(job);
-    let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let kept = Arc::new(std::sync::Mutex::new(None));
-    let ctx = JobContext {
-        job: job.clone(),
-        cancel: cancel.clone(),
-        clock: shared.clock.clone(),
-        store: shared.store.clone(),
-        client: super::Client {
-            shared: shared.clone(),
-        },
-        held_lease: release_lease.clone(),
-        completed: completed.clone(),
-        result: kept.clone(),
-    };
-    let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
-    let began = Instant::now();
-    let mut handle = tokio::spawn(tracing::Instrument::instrument(handler.call(ctx), span));
-    let timeout = policy.timeout;
-    let end: Option<AttemptEnd> = tokio::select! {
-        r = &mut handle => Some(joined(r)),
-        _ = tokio::time::sleep(timeout) => {
-            handle.abort();
-            Some(AttemptEnd::TimedOut(timeout))
-        }
-        _ = cancel.cancelled() => {
-            tokio::select! {
-                biased;
-                _ = hold.lost.cancelled() => {
-                    handle.abort();
-                    tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
-                    return;
-                }
-                r = tokio::time::timeout(shared.options.cancel_grace, &mut handle) => match r {
-                    Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
-                    Ok(_) => Some(AttemptEnd::Cancelled),
-                    Err(_) => {
-                        handle.abort();
-                        Some(AttemptEnd::Cancelled)
-                    }
-                },
-            }
-        }
-        _ = hard.cancelled() => {
-            handle.abort();
-            None
-        }
-        _ = hold.lost.cancelled() => {
-            handle.abort();
-            if completed.load(std::sync::atomic::Ordering::SeqCst) {
-                // Not lost: the handler completed the job in its own transaction, and a renewal
-                // found it no longer running. Its outcome is recorded as that completion.
-                Some(AttemptEnd::Returned(Ok(())))
-            } else {
-                tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
-                return; // no outcome: the job's lease is void and a rescuer decides
-            }
-        }
-    };
-    // A handler that saw the cancellation and returned an error ends cancelled, whichever
-    // branch above noticed first; one that succeeded anyway stays completed.
-    let end = match end {
-        Some(AttemptEnd::Returned(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
-        Some(_) if cancel.is_cancelled() => Some(AttemptEnd::Cancelled),
-        other => other,
-    };
-    let now = shared.clock.now();
-    let transition = match end {
-        Some(end) => {
-            if let AttemptEnd::Returned(Err(e)) = &end {
-                tracing::info!(job = job.id, kind = %job.kind, attempt = job.attempt, error = %e, "attempt failed");
-            }
-            decide(&job, end, policy, now, &mut rand::thread_rng())
-        }
-        None => Transition::Return,
-    };
-    // Completed in the handler's own transaction: that is the outcome, whatever came after.
-    let pre_completed = completed.load(std::sync::atomic::Ordering::SeqCst);
-    let transition = if pre_completed {
-        Transition::Complete
-    } else {
-        transition
-    };
-    // A completion keeps the result its handler set (one completed in the handler's own
-    // transaction wrote it there).
-    let result = match transition {
-        Transition::Complete if !pre_completed => {
-            kept.lock().unwrap_or_else(|e| e.into_inner()).take()
-        }
-        _ => None,
-    };
-    send_outcome(
-        shared,
-        finish,
-        Finish {
-            result,
-            ..finish_of(shared, &job, transition, release_lease)
-        },
-        hold,
-        Some((job.kind.clone(), Some(began.elapsed()))),
-        pre_completed,
-        // Let go of once this outcome, which releases the key, is written.
-        ticket,
-    );
-}
-
-fn joined(r: Result<crate::JobResult, tokio::task::JoinError>) -> AttemptEnd {
-    match r {
-        Ok(res) => AttemptEnd::Returned(res),
-        Err(e) if e.is_panic() => {
-            AttemptEnd::Panicked(crate::outcome::panic_message(e.into_panic().as_ref()))
-        }
-        Err(_) => AttemptEnd::Cancelled,
-    }
-}
-
-pub(crate) fn finish_of(
-    shared: &Shared,
-    job: &Job,
-    transition: Transition,
-    release_lease: Option<String>,
-) -> Finish {
-    let periodic = super::periodic_name_of(job.unique_key.as_deref());
-    // A periodic job's failure waits for the next period and shows on its schedule: no alert.
-    let transition = match transition {
-        Transition::Discard { reason, entry, .. } if periodic.is_some() => Transition::Discard {
-            reason,
-            entry,
-            alert: false,
-        },
-        t => t,
-    };
-    Finish {
-        id: job.id,
-        owner: job
-            .lease_owner
-            .clone()
-            .unwrap_or_else(|| shared.owner.clone()),
-        attempt: job.attempt,
-        transition,
-        now: shared.clock.now(),
-        release_lease,
-        periodic,
-        expired_before: None,
-        result: None,
-    }
-}
-
-/// How many times one outcome that the database refuses on its own is written again before it
-/// is given up (its lease then runs out and the rescuer counts the attempt as lost).
-const MAX_STRIKES: u32 = 3;
-/// After this many failed batch writes in a row, even ones that look transient, the outcomes are
-/// written one by one to find any that fail alone.
-const SPLIT_AFTER: u32 = 3;
-/// The most outcomes written in one batch.
-const BATCH: usize = 512;
-
-/// An outcome waiting to be written, and how its writes have gone.
-struct Pending {
-    outcome: Outcome,
-    /// Times the database refused it on its own.
-    strikes: u32,
-    /// When its writes started failing.
-    failing_since: Option<Instant>,
-}
-
-impl Pending {
-    fn of(outcome: Outcome) -> Self {
-        Pending {
-            outcome,
-            strikes: 0,
-            failing_since: None,
-        }
-    }
-}
-
-/// Records outcomes in batches, [`WRITERS`] batches at once: one batch's statement runs while
-/// another waits for its durable commit, and under load outcomes no longer queue behind a single
-/// write. Each writer takes what has arrived from the one channel, so a job's outcome is in
-/// exactly one batch.
-pub(crate) async fn finisher(
-    shared: Arc<Shared>,
-    rx: mpsc::UnboundedReceiver<Outcome>,
-    abandon: CancellationToken,
-) {
-    let rx = tokio::sync::Mutex::new(rx);
-    let writers = (0..WRITERS).map(|_| write_outcomes(&shared, &rx, &abandon));
-    futures_util::future::join_all(writers).await;
-}
-
-/// Batches of outcomes written at once.
-const WRITERS: usize = 2;
-
-/// One writer of outcomes. A write the database cannot take now is tried again (the job
-/// layer owns its own persistence), and outcomes that arrive meanwhile join the next try. A batch
-/// that the database refuses, or that keeps failing, is written item by item, so one bad outcome
-/// never holds up the others. No outcome is tried forever: one the database refuses on its own is
-/// given up after a few tries, and one that keeps failing for two leases while the database
-/// answers other writes (renewals included) is given up too; given up, its lease runs out and the
-/// rescuer counts the attempt as lost. While the database answers nothing, outcomes wait for it.
-/// Once `abandon` fires (shutdown ran out of time) nothing more is tried.
-async fn write_outcomes(
-    shared: &Arc<Shared>,
-    rx: &tokio::sync::Mutex<mpsc::UnboundedReceiver<Outcome>>,
-    abandon: &CancellationToken,
-) {
-    let mut pending: Vec<Pending> = Vec::with_capacity(BATCH);
-    let mut failures = 0u32;
-    let give_up_after = shared.options.lease_ttl.saturating_mul(2);
-    loop {
-        if pending.is_empty() {
-            failures = 0;
-            let mut fresh = Vec::with_capacity(BATCH);
-            if rx.lock().await.recv_many(&mut fresh, BATCH).await == 0 {
-                return;
-            }
-            pending.extend(fresh.into_iter().map(Pending::of));
-        } else if let Ok(mut rx) = rx.try_lock() {
-            while pending.len() < BATCH {
-                match rx.try_recv() {
-                    Ok(o) => pending.push(Pending::of(o)),
-                    Err(_) => break,
-                }
-            }
-        }
-        let finishes: Vec<Finish> = pending.iter().map(|p| p.outcome.finish.clone()).collect();
-        let err = match shared.store.finish(finishes).await {
-            Ok(applied) => {
-                shared.hub.store_answered();
-                let done: Vec<Outcome> = pending.drain(..).map(|p| p.outcome).collect();
-                recorded(shared, &done, &applied);
-                continue;
-            }
-            Err(e) => e,
-        };
-        if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
-            for p in pending.drain(..) {
-                give_up(shared, &p.outcome, &err);
-            }
-            continue;
-        }
-        failures += 1;
-        let now = Instant::now();
-        for p in pending.iter_mut() {
-            p.failing_since.get_or_insert(now);
-        }
-        if failures == 1 {
-            tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
-        }
-        if !err.is_transient() || failures >= SPLIT_AFTER {
-            failures = 0;
-            pending = one_by_one(shared, std::mem::take(&mut pending), give_up_after).await;
-            if pending.is_empty() {
-                continue;
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = abandon.cancelled() => {}
-        }
-    }
-}
-
-/// Writes the outcomes one at a time; returns the ones to try again. A transient failure before
-/// anything was written means the database is away: the pass stops there and everything waits.
-async fn one_by_one(shared: &Shared, items: Vec<Pending>, give_up_after: Duration) -> Vec<Pending> {
-    let mut kept = Vec::new();
-    let mut written = false;
-    let mut items = items.into_iter();
-    while let Some(mut p) = items.next() {
-        let e = match shared.store.finish(vec![p.outcome.finish.clone()]).await {
-            Ok(applied) => {
-                shared.hub.store_answered();
-                recorded(shared, std::slice::from_ref(&p.outcome), &applied);
-                written = true;
-                continue;
-            }
-            Err(e) => e,
-        };
-        if e.is_transient() {
-            let since = p.failing_since.unwrap_or_else(Instant::now);
-            // Failing this long while the database answered other calls since: give up.
-            let answered = shared.hub.store_answered_since(since);
-            if answered && since.elapsed() >= give_up_after {
-                give_up(shared, &p.outcome, &e);
-                continue;
-            }
-            kept.push(p);
-            if !written && !answered {
-                kept.extend(items); // the database is away: wait for it
-                return kept;
-            }
-            continue;
-        }
-        p.strikes += 1;
-        if p.strikes >= MAX_STRIKES {
-            give_up(shared, &p.outcome, &e);
-        } else {
-            tracing::warn!(job = p.outcome.finish.id, error = %e, "the database refused a job's outcome; trying again");
-            kept.push(p);
-        }
-    }
-    kept
-}
-
-/// After a write: logs lost leases, releases holds, wakes workers where a slot or a job freed.
-fn recorded(shared: &Shared, outcomes: &[Outcome], applied: &[bool]) {
-    let mut woken = false;
-    for (o, ok) in outcomes.iter().zip(applied) {
-        let f = &o.finish;
-        let ok = *ok || o.pre_completed;
-        if !ok {
-            tracing::warn!(
-                job = f.id,
-                "outcome not recorded: the job's lease was lost to another process"
-            );
-        }
-        if let Some(serial) = o.hold {
-            shared.hub.release(f.id, serial);
-        }
-        if let (true, Some((kind, took))) = (ok, &o.counted) {
-            super::metrics::attempt(kind, &f.transition, *took);
-        }
-        woken |= f.release_lease.is_some() || matches!(f.transition, Transition::Return);
-    }
-    if woken {
-        shared.hub.wake_all();
-    }
-}
-
-fn give_up(shared: &Shared, o: &Outcome, e: &StoreError) {
-    tracing::error!(
-        job = o.finish.id,
-        error = %e,
-        "giving up on recording a job's outcome; its lease will run out and the rescuer will count the attempt as lost"
-    );
-    if let Some(serial) = o.hold {
-        shared.hub.release(o.finish.id, serial);
+    /// `queue`'s door, while its worker runs.
+    pub(crate) fn get(&self, queue: &str) -> Option<Arc<Intake>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(queue)
+            .cloned()
     }
 }

@@ -1,0 +1,173 @@
+//! The job page: `/jobs/{id}`, with its retry and cancel at `/jobs/{id}/action`.
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use maud::html;
+use serde::Deserialize;
+
+use super::{err_page, layout, plural, when};
+use crate::api::jobs;
+use crate::api::ApiError;
+use crate::panel::{Authed, Panel, Posted};
+
+/// The policy's timeline, each attempt still ahead with the time it would run if every attempt
+/// before it fails: the next at the job's `run_at` when it waits, or from `now` while one runs;
+/// none for a finished job.
+fn projected(
+    j: &onus::Job,
+    p: &onus::Policy,
+    now: onus::Timestamp,
+) -> Vec<(onus::policy::TimelineStep, Option<onus::Timestamp>)> {
+    use onus::JobState as S;
+    let steps = p.timeline().steps;
+    let offset = |attempt: u32| {
+        steps
+            .iter()
+            .find(|s| s.attempt == attempt)
+            .map(|s| s.offset)
+    };
+    // The anchor: an attempt number and when it runs.
+    let anchor = match j.state {
+        S::Available | S::Scheduled | S::Retryable | S::Snoozed => Some((j.attempt + 1, j.run_at)),
+        S::Running => Some((j.attempt, now)),
+        S::Completed | S::Discarded | S::Cancelled => None,
+    };
+    steps
+        .iter()
+        .map(|s| {
+            let at = anchor
+                .filter(|(a, _)| s.attempt > j.attempt && s.attempt >= *a)
+                .and_then(|(a, t)| {
+                    let from = offset(a)?;
+                    let d = chrono::TimeDelta::from_std(s.offset.saturating_sub(from)).ok()?;
+                    t.checked_add_signed(d)
+                });
+            (*s, at)
+        })
+        .collect()
+}
+
+/// A job: args, every attempt and snooze, its policy and the projected remaining attempts.
+pub async fn job(
+    State(panel): State<Panel>,
+    Authed(s): Authed,
+    Path(id): Path<String>,
+) -> Response {
+    let found = async {
+        let id = jobs::job_id(&id)?;
+        Ok::<_, ApiError>(panel.app.client.get(id).await?)
+    }
+    .await;
+    let j = match found {
+        Ok(j) => j,
+        Err(e) => return err_page(&panel, &s, e),
+    };
+    let policy = panel.app.kinds.get(&j.kind).map(|k| k.policy.clone());
+    let open = panel.badge().await;
+    let args = serde_json::to_string_pretty(&j.args).unwrap_or_default();
+    let now = panel.app.client.now();
+    let body = html! {
+        dl class="facts" {
+            dt { "Kind" } dd { (j.kind) }
+            dt { "Queue" } dd { (j.queue) }
+            dt { "State" } dd { span class=(format!("state {}", j.state.as_str())) { (j.state.as_str()) }
+                @if let Some(r) = j.discard_reason { " (" (r.as_str()) ")" } }
+            dt { "Attempt" } dd { (j.attempt) " of " (j.max_attempts) ", " (plural(j.snoozes.into(), "snooze")) }
+            dt { "Run at" } dd { (when(j.run_at)) }
+            dt { "Created" } dd { (when(j.created_at)) }
+            @if let Some(t) = j.finalized_at { dt { "Finished" } dd { (when(t)) } }
+            @if !j.tags.is_empty() { dt { "Tags" } dd { (j.tags.join(", ")) } }
+            @if let Some(k) = &j.lease_key { dt { "Lease key" } dd { code { (k) } } }
+            @if let Some(p) = &j.progress {
+                dt { "Progress" }
+                dd class="progress" {
+                    progress max="1" value=(p.fraction) { (format!("{:.0}%", p.fraction * 100.0)) }
+                    " " (format!("{:.0}%", p.fraction * 100.0))
+                    @if !p.message.is_empty() { ", " (p.message) }
+                    " (" (when(p.at)) ")"
+                }
+            }
+        }
+        @let retry = onus::store::RETRYABLE_STATES.contains(&j.state);
+        @let cancel = onus::store::CANCELLABLE_STATES.contains(&j.state);
+        @if retry || cancel {
+            div class="actions" {
+                @for (action, label, shown) in [("retry", "Retry", retry), ("cancel", "Cancel", cancel)] {
+                    @if shown {
+                        form method="post" action=(panel.href(&format!("/jobs/{}/action", j.id))) {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            input type="hidden" name="action" value=(action);
+                            button type="submit" { (label) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Args" }
+        pre class="args" { (args) }
+        @if let Some(r) = &j.result {
+            h2 { "Result" }
+            pre class="result" { (serde_json::to_string_pretty(r).unwrap_or_default()) }
+        }
+        h2 { "History" }
+        @if j.errors.is_empty() { p { "No failed attempt or snooze." } }
+        @else {
+            table {
+                thead { tr { th { "When" } th { "Attempt" } th { "Class" } th { "Message" } } }
+                tbody { @for e in &j.errors { tr {
+                    td { (when(e.at)) } td { (e.attempt) }
+                    td { (serde_json::to_value(e.class).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()) }
+                    td { (e.message) }
+                } } }
+            }
+        }
+        @if let Some(p) = policy {
+            h2 { "Policy" }
+            pre { (format!("{}, backoff {}, jitter +/-{:.0}%, timeout {}", plural(p.max_attempts.into(), "attempt"), p.backoff, p.jitter * 100.0, onus::policy::human(p.timeout))) }
+            h3 { "Timeline" }
+            p class="hint" { "Each attempt's nominal time after the first; for the attempts still ahead, the time they would run if every one before them fails (jitter moves each by up to " (format!("{:.0}", p.jitter * 100.0)) "%)." }
+            ol class="timeline" {
+                @for (step, at) in projected(&j, &p, now) {
+                    li class=(if step.attempt <= j.attempt { "done" } else { "ahead" }) {
+                        span class="dot" aria-hidden="true" {}
+                        span { "attempt " (step.attempt) } " "
+                        span class="hint" { "+" (onus::policy::human(step.offset)) }
+                        @if let Some(at) = at { br; span class="at" { (when(at)) } }
+                    }
+                }
+            }
+        }
+    };
+    layout(&panel, Some(&s), &format!("Job {}", j.id), open, body).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ActionForm {
+    action: String,
+}
+
+/// Retry or cancel one job, then back to its page.
+pub async fn job_action(
+    State(panel): State<Panel>,
+    Path(id): Path<String>,
+    Posted(s, f): Posted<ActionForm>,
+) -> Response {
+    let done = async {
+        let id = jobs::job_id(&id)?;
+        match f.action.as_str() {
+            "retry" => {
+                panel.app.client.retry(id).await?;
+            }
+            "cancel" => {
+                panel.app.client.cancel(id).await?;
+            }
+            other => return Err(ApiError::invalid(format!("action: {other:?}"))),
+        }
+        Ok(id)
+    }
+    .await;
+    match done {
+        Ok(id) => panel.redirect(&format!("/jobs/{id}")),
+        Err(e) => err_page(&panel, &s, e),
+    }
+}

@@ -1,0 +1,126 @@
+//! The panel's pages, each built from the API's service functions: what they share (the frame,
+//! error pages, formatting helpers, common forms) here, one file per page beside it.
+
+use axum::response::{IntoResponse, Response};
+use maud::{html, Markup, DOCTYPE};
+use serde::Deserialize;
+
+use super::{Panel, Session};
+use crate::api::ApiError;
+
+mod alerts;
+mod job;
+mod jobs;
+mod keys;
+mod kinds;
+mod login;
+mod overview;
+mod periodic;
+mod queues;
+
+pub use alerts::{alerts, alerts_ack, AckForm};
+pub use job::{job, job_action, ActionForm};
+pub use jobs::{jobs, jobs_bulk, BulkForm};
+pub use keys::{key_action, KeyForm};
+pub use kinds::kinds;
+pub use login::login;
+pub use overview::overview;
+pub use periodic::{periodic, periodic_action};
+pub use queues::queue_action;
+
+/// An instant as the panel shows it: to the second, in UTC.
+pub(crate) fn when(t: onus::Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// A query string of `pairs`, each value encoded (a name may hold `&`, `#` or `+`).
+pub(crate) fn pairs(pairs: &[(&str, &str)]) -> String {
+    let mut s = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
+/// "1 attempt", "3 attempts".
+pub(crate) fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// The frame of every page: navigation, the open-alert badge, the content.
+pub(crate) fn layout(
+    panel: &Panel,
+    s: Option<&Session>,
+    title: &str,
+    open_alerts: u64,
+    body: Markup,
+) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Onus" }
+                link rel="stylesheet" href=(panel.href("/assets/panel.css"));
+                script src=(panel.href("/assets/panel.js")) defer {}
+            }
+            body {
+                @if let Some(s) = s {
+                    header {
+                        nav aria-label="Main" {
+                            a href=(panel.href("/")) { "Overview" }
+                            a href=(panel.href("/jobs")) { "Jobs" }
+                            a href=(panel.href("/alerts")) {
+                                "Alerts "
+                                @if open_alerts >= super::BADGE_CAP {
+                                    span class="badge" title="open alerts" { (super::BADGE_CAP - 1) "+" }
+                                } @else if open_alerts > 0 {
+                                    span class="badge" title="open alerts" { (open_alerts) }
+                                }
+                            }
+                            a href=(panel.href("/endpoints")) { "Endpoints" }
+                            a href=(panel.href("/events")) { "Events" }
+                            a href=(panel.href("/periodic")) { "Periodic" }
+                            a href=(panel.href("/kinds")) { "Kinds" }
+                        }
+                        form method="post" action=(panel.href("/logout")) class="logout" {
+                            input type="hidden" name="csrf" value=(s.csrf);
+                            button type="submit" { "Log out" }
+                        }
+                        // Hidden until the script shows it: without JavaScript it would do nothing.
+                        label class="refresh" hidden { input type="checkbox" id="auto-refresh"; " Refresh every 5 s" }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+pub(crate) fn err_page(panel: &Panel, s: &Session, e: ApiError) -> Response {
+    let status = e.status;
+    let body = html! { p class="error" role="alert" { (e.message) } };
+    (
+        status,
+        layout(panel, Some(s), "Something went wrong", 0, body),
+    )
+        .into_response()
+}
+
+/// A request refused before it reached a page (no session read): the error and its status.
+pub(crate) fn refusal_page(panel: &Panel, e: ApiError) -> Response {
+    let body = html! { p class="error" role="alert" { (e.message) } };
+    (e.status, layout(panel, None, "Request refused", 0, body)).into_response()
+}
+
+/// A queue's pause or resume: the name travels in the form, so any name works.
+#[derive(Debug, Deserialize)]
+pub struct QueueForm {
+    name: String,
+    action: String,
+}

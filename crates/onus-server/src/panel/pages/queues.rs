@@ -1,0 +1,28 @@
+//! A queue's pause and resume from the overview: `/queues/action`.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::{err_page, QueueForm};
+use crate::panel::{Panel, Posted};
+
+/// Pause or resume a queue, then back to the overview.
+pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<QueueForm>) -> Response {
+    let name = f.name;
+    let done = match f.action.as_str() {
+        "pause" => panel.app.client.pause_queue(&name).await.map(|_| ()),
+        "resume" => panel.app.client.resume_queue(&name).await.map(|_| ()),
+        other => {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("action: {other:?}"),
+            )
+                .into_response()
+        }
+    };
+    match done {
+        Ok(()) => panel.redirect("/"),
+        Err(e) => err_page(&panel, &s, e.into()),
+    }
+}

@@ -1,0 +1,101 @@
+//! Where an attempt's end becomes the write that records it ([`ended`]), and the outcome the
+//! finisher writes ([`QueuedOutcome`]): used by in-process workers, pull answers and the rescuer
+//! alike, so the kind's policy is applied in one place.
+
+use std::time::Duration;
+
+use super::Shared;
+use crate::job::Job;
+use crate::outcome::{decide, AttemptEnd, Transition};
+use crate::store::Finish;
+
+/// An attempt's outcome queued for the finisher, and the hold to release once it is written.
+#[derive(Debug)]
+pub(crate) struct QueuedOutcome {
+    pub(crate) finish: Finish,
+    pub(crate) hold: Option<u64>,
+    /// The kind and how long the attempt ran, counted in the metrics once the outcome is
+    /// recorded (an outcome refused by its lease guard was never this process's to count).
+    pub(crate) counted: Option<(String, Option<Duration>)>,
+    /// The handler completed the job in its own transaction
+    /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): this write finds it
+    /// done, which is no lost lease.
+    pub(crate) pre_completed: bool,
+    /// The attempt's count on its lease key, let go of (dropped) when this outcome is written or
+    /// given up.
+    pub(crate) _ticket: Option<super::hub::KeyTicket>,
+}
+
+impl QueuedOutcome {
+    /// An outcome for a job this process does not hold (a rescue).
+    pub(crate) fn unheld(finish: Finish) -> Self {
+        QueuedOutcome {
+            finish,
+            hold: None,
+            counted: None,
+            pre_completed: false,
+            _ticket: None,
+        }
+    }
+}
+
+/// The write that records `transition` for `job` (its lease owner, the lease key it lets go of,
+/// its schedule when it is a periodic job, whose failures raise no alert).
+pub(crate) fn finish_of(
+    shared: &Shared,
+    job: &Job,
+    transition: Transition,
+    release_lease: Option<String>,
+) -> Finish {
+    let periodic = super::periodic_name_of(job.unique_key.as_deref());
+    // A periodic job's failure waits for the next period and shows on its schedule: no alert.
+    let transition = match transition {
+        Transition::Discard { reason, entry, .. } if periodic.is_some() => Transition::Discard {
+            reason,
+            entry,
+            alert: false,
+        },
+        t => t,
+    };
+    Finish {
+        id: job.id,
+        owner: job
+            .lease_owner
+            .clone()
+            .unwrap_or_else(|| shared.owner.clone()),
+        attempt: job.attempt,
+        transition,
+        now: shared.clock.now(),
+        release_lease,
+        periodic,
+        expired_before: None,
+        result: None,
+    }
+}
+
+/// The write that records an attempt's `end` (`None`: the attempt stopped without one and the job
+/// is handed back): the kind's `policy` decides the transition.
+pub(crate) fn ended(
+    shared: &Shared,
+    job: &Job,
+    end: Option<AttemptEnd>,
+    policy: &crate::Policy,
+    release_lease: Option<String>,
+) -> Finish {
+    let transition = match end {
+        Some(end) => {
+            if let AttemptEnd::Returned(Err(e)) = &end {
+                tracing::info!(job = job.id, kind = %job.kind, attempt = job.attempt, error = %e, "attempt failed");
+            }
+            decide(
+                job,
+                end,
+                policy,
+                shared.clock.now(),
+                &mut rand::thread_rng(),
+            )
+        }
+        None => Transition::Return,
+    };
+    finish_of(shared, job, transition, release_lease)
+}

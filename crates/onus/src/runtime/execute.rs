@@ -1,0 +1,199 @@
+//! One attempt: admission (retry budget, lease key, rate window), the handler under its kind's
+//! timeout and the job's cancellation, and its outcome queued for the finisher.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::admission::{self, Admission};
+use super::attempt::{self, finish_of, QueuedOutcome};
+use super::hub::Hold;
+use super::kind::JobContext;
+use super::Shared;
+use crate::clock::add;
+use crate::job::Job;
+use crate::outcome::{AttemptEnd, Transition};
+use crate::store::Finish;
+
+/// Queues the outcome of a held job; the finisher releases the hold once it is written.
+pub(crate) fn send(
+    shared: &Shared,
+    finish: &mpsc::UnboundedSender<QueuedOutcome>,
+    f: Finish,
+    hold: &Hold,
+) {
+    send_outcome(shared, finish, f, hold, None, false, None);
+}
+
+pub(crate) fn send_outcome(
+    shared: &Shared,
+    finish: &mpsc::UnboundedSender<QueuedOutcome>,
+    f: Finish,
+    hold: &Hold,
+    counted: Option<(String, Option<Duration>)>,
+    pre_completed: bool,
+    ticket: Option<super::hub::KeyTicket>,
+) {
+    let id = f.id;
+    shared.hub.finishing(id, hold.serial);
+    if finish
+        .send(QueuedOutcome {
+            finish: f,
+            hold: Some(hold.serial),
+            counted,
+            pre_completed,
+            _ticket: ticket,
+        })
+        .is_err()
+    {
+        shared.hub.release(id, hold.serial);
+    }
+}
+
+/// Runs one attempt of `job` and queues its outcome.
+pub(crate) async fn execute(
+    shared: &Arc<Shared>,
+    job: Job,
+    hold: &Hold,
+    hard: CancellationToken,
+    finish: &mpsc::UnboundedSender<QueuedOutcome>,
+    started: &AtomicU64,
+    ticket: Option<super::hub::KeyTicket>,
+) {
+    let cancel = hold.cancel.clone();
+    let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
+        return; // claims only ask for known kinds
+    };
+    let Some(handler) = kind.handler.clone() else {
+        return;
+    };
+    let policy = &kind.policy;
+    let now = shared.clock.now();
+    let until = add(now, shared.options.lease_ttl);
+    let admitted = tokio::select! {
+        biased;
+        // Lost while being admitted: a slot taken meanwhile is released by the rescue or lapses
+        // within a lease (nobody renews it).
+        _ = hold.lost.cancelled() => return,
+        a = admission::admit(shared, &job, &shared.owner, now, until) => a,
+    };
+    let release_lease = match admitted {
+        Admission::Run { lease } => lease,
+        Admission::Written { busy } => {
+            if busy {
+                // Snoozed in the same write; it wakes when a slot frees.
+                shared.hub.wake(&job.queue);
+            }
+            return;
+        }
+        Admission::Write(t, lease) => {
+            send(shared, finish, finish_of(shared, &job, t, lease), hold);
+            return;
+        }
+    };
+    if hold.lost.is_cancelled() {
+        return; // fenced before it could start
+    }
+    // Counted for the ready buffer once the handler starts: a job that found its lease key busy
+    // ran nothing, and counting it would grow the buffer with more jobs of busy keys.
+    started.fetch_add(1, Ordering::Relaxed);
+    let job = Arc::new(job);
+    let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let kept = Arc::new(std::sync::Mutex::new(None));
+    let ctx = JobContext {
+        job: job.clone(),
+        cancel: cancel.clone(),
+        clock: shared.clock.clone(),
+        store: shared.store.clone(),
+        client: super::Client {
+            shared: shared.clone(),
+        },
+        held_lease: release_lease.clone(),
+        completed: completed.clone(),
+        result: kept.clone(),
+    };
+    let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
+    let began = Instant::now();
+    let mut handle = tokio::spawn(tracing::Instrument::instrument(handler.call(ctx), span));
+    let timeout = policy.timeout;
+    let end: Option<AttemptEnd> = tokio::select! {
+        r = &mut handle => Some(joined(r)),
+        _ = tokio::time::sleep(timeout) => {
+            handle.abort();
+            Some(AttemptEnd::TimedOut(timeout))
+        }
+        _ = cancel.cancelled() => {
+            tokio::select! {
+                biased;
+                _ = hold.lost.cancelled() => {
+                    handle.abort();
+                    tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+                    return;
+                }
+                r = tokio::time::timeout(shared.options.cancel_grace, &mut handle) => match r {
+                    Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
+                    Ok(_) => Some(AttemptEnd::Cancelled),
+                    Err(_) => {
+                        handle.abort();
+                        Some(AttemptEnd::Cancelled)
+                    }
+                },
+            }
+        }
+        _ = hard.cancelled() => {
+            handle.abort();
+            None
+        }
+        _ = hold.lost.cancelled() => {
+            handle.abort();
+            if completed.load(std::sync::atomic::Ordering::SeqCst) {
+                // Not lost: the handler completed the job in its own transaction, and a renewal
+                // found it no longer running. Its outcome is recorded as that completion.
+                Some(AttemptEnd::Returned(Ok(())))
+            } else {
+                tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+                return; // no outcome: the job's lease is void and a rescuer decides
+            }
+        }
+    };
+    // A handler that saw the cancellation and returned an error ends cancelled, whichever
+    // branch above noticed first; one that succeeded anyway stays completed.
+    let end = match end {
+        Some(AttemptEnd::Returned(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
+        Some(_) if cancel.is_cancelled() => Some(AttemptEnd::Cancelled),
+        other => other,
+    };
+    let mut f = attempt::ended(shared, &job, end, policy, release_lease);
+    // Completed in the handler's own transaction: that is the outcome, whatever came after.
+    let pre_completed = completed.load(std::sync::atomic::Ordering::SeqCst);
+    if pre_completed {
+        f.transition = Transition::Complete;
+    } else if matches!(f.transition, Transition::Complete) {
+        // A completion keeps the result its handler set (one completed in the handler's own
+        // transaction wrote it there).
+        f.result = kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+    send_outcome(
+        shared,
+        finish,
+        f,
+        hold,
+        Some((job.kind.clone(), Some(began.elapsed()))),
+        pre_completed,
+        // Let go of once this outcome, which releases the key, is written.
+        ticket,
+    );
+}
+
+fn joined(r: Result<crate::JobResult, tokio::task::JoinError>) -> AttemptEnd {
+    match r {
+        Ok(res) => AttemptEnd::Returned(res),
+        Err(e) if e.is_panic() => {
+            AttemptEnd::Panicked(crate::outcome::panic_message(e.into_panic().as_ref()))
+        }
+        Err(_) => AttemptEnd::Cancelled,
+    }
+}

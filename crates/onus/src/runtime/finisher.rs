@@ -1,0 +1,206 @@
+//! The finisher: writes attempts' outcomes in batches, retries what the database could not take,
+//! and releases each job's hold once its outcome is written.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::QueuedOutcome;
+use super::Shared;
+use crate::outcome::Transition;
+use crate::store::{Finish, StoreError};
+
+/// How many times one outcome that the database refuses on its own is written again before it
+/// is given up (its lease then runs out and the rescuer counts the attempt as lost).
+const MAX_STRIKES: u32 = 3;
+/// After this many failed batch writes in a row, even ones that look transient, the outcomes are
+/// written one by one to find any that fail alone.
+const SPLIT_AFTER: u32 = 3;
+/// The most outcomes written in one batch.
+const BATCH: usize = 512;
+
+/// An outcome waiting to be written, and how its writes have gone.
+struct Pending {
+    outcome: QueuedOutcome,
+    /// Times the database refused it on its own.
+    strikes: u32,
+    /// When its writes started failing.
+    failing_since: Option<Instant>,
+}
+
+impl Pending {
+    fn of(outcome: QueuedOutcome) -> Self {
+        Pending {
+            outcome,
+            strikes: 0,
+            failing_since: None,
+        }
+    }
+}
+
+/// Records outcomes in batches, [`WRITERS`] batches at once: one batch's statement runs while
+/// another waits for its durable commit, and under load outcomes no longer queue behind a single
+/// write. Each writer takes what has arrived from the one channel, so a job's outcome is in
+/// exactly one batch.
+pub(crate) async fn finisher(
+    shared: Arc<Shared>,
+    rx: mpsc::UnboundedReceiver<QueuedOutcome>,
+    abandon: CancellationToken,
+) {
+    let rx = tokio::sync::Mutex::new(rx);
+    let writers = (0..WRITERS).map(|_| write_outcomes(&shared, &rx, &abandon));
+    futures_util::future::join_all(writers).await;
+}
+
+/// Batches of outcomes written at once.
+const WRITERS: usize = 2;
+
+/// One writer of outcomes. A write the database cannot take now is tried again (the job
+/// layer owns its own persistence), and outcomes that arrive meanwhile join the next try. A batch
+/// that the database refuses, or that keeps failing, is written item by item, so one bad outcome
+/// never holds up the others. No outcome is tried forever: one the database refuses on its own is
+/// given up after a few tries, and one that keeps failing for two leases while the database
+/// answers other writes (renewals included) is given up too; given up, its lease runs out and the
+/// rescuer counts the attempt as lost. While the database answers nothing, outcomes wait for it.
+/// Once `abandon` fires (shutdown ran out of time) nothing more is tried.
+async fn write_outcomes(
+    shared: &Arc<Shared>,
+    rx: &tokio::sync::Mutex<mpsc::UnboundedReceiver<QueuedOutcome>>,
+    abandon: &CancellationToken,
+) {
+    let mut pending: Vec<Pending> = Vec::with_capacity(BATCH);
+    let mut failures = 0u32;
+    let give_up_after = shared.options.lease_ttl.saturating_mul(2);
+    loop {
+        if pending.is_empty() {
+            failures = 0;
+            let mut fresh = Vec::with_capacity(BATCH);
+            if rx.lock().await.recv_many(&mut fresh, BATCH).await == 0 {
+                return;
+            }
+            pending.extend(fresh.into_iter().map(Pending::of));
+        } else if let Ok(mut rx) = rx.try_lock() {
+            while pending.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(o) => pending.push(Pending::of(o)),
+                    Err(_) => break,
+                }
+            }
+        }
+        let finishes: Vec<Finish> = pending.iter().map(|p| p.outcome.finish.clone()).collect();
+        let err = match shared.store.finish(finishes).await {
+            Ok(applied) => {
+                shared.hub.store_answered();
+                let done: Vec<QueuedOutcome> = pending.drain(..).map(|p| p.outcome).collect();
+                recorded(shared, &done, &applied);
+                continue;
+            }
+            Err(e) => e,
+        };
+        if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
+            for p in pending.drain(..) {
+                give_up(shared, &p.outcome, &err);
+            }
+            continue;
+        }
+        failures += 1;
+        let now = Instant::now();
+        for p in pending.iter_mut() {
+            p.failing_since.get_or_insert(now);
+        }
+        if failures == 1 {
+            tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
+        }
+        if !err.is_transient() || failures >= SPLIT_AFTER {
+            failures = 0;
+            pending = one_by_one(shared, std::mem::take(&mut pending), give_up_after).await;
+            if pending.is_empty() {
+                continue;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = abandon.cancelled() => {}
+        }
+    }
+}
+
+/// Writes the outcomes one at a time; returns the ones to try again. A transient failure before
+/// anything was written means the database is away: the pass stops there and everything waits.
+async fn one_by_one(shared: &Shared, items: Vec<Pending>, give_up_after: Duration) -> Vec<Pending> {
+    let mut kept = Vec::new();
+    let mut written = false;
+    let mut items = items.into_iter();
+    while let Some(mut p) = items.next() {
+        let e = match shared.store.finish(vec![p.outcome.finish.clone()]).await {
+            Ok(applied) => {
+                shared.hub.store_answered();
+                recorded(shared, std::slice::from_ref(&p.outcome), &applied);
+                written = true;
+                continue;
+            }
+            Err(e) => e,
+        };
+        if e.is_transient() {
+            let since = p.failing_since.unwrap_or_else(Instant::now);
+            // Failing this long while the database answered other calls since: give up.
+            let answered = shared.hub.store_answered_since(since);
+            if answered && since.elapsed() >= give_up_after {
+                give_up(shared, &p.outcome, &e);
+                continue;
+            }
+            kept.push(p);
+            if !written && !answered {
+                kept.extend(items); // the database is away: wait for it
+                return kept;
+            }
+            continue;
+        }
+        p.strikes += 1;
+        if p.strikes >= MAX_STRIKES {
+            give_up(shared, &p.outcome, &e);
+        } else {
+            tracing::warn!(job = p.outcome.finish.id, error = %e, "the database refused a job's outcome; trying again");
+            kept.push(p);
+        }
+    }
+    kept
+}
+
+/// After a write: logs lost leases, releases holds, wakes workers where a slot or a job freed.
+fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
+    let mut woken = false;
+    for (o, ok) in outcomes.iter().zip(applied) {
+        let f = &o.finish;
+        let ok = *ok || o.pre_completed;
+        if !ok {
+            tracing::warn!(
+                job = f.id,
+                "outcome not recorded: the job's lease was lost to another process"
+            );
+        }
+        if let Some(serial) = o.hold {
+            shared.hub.release(f.id, serial);
+        }
+        if let (true, Some((kind, took))) = (ok, &o.counted) {
+            super::metrics::attempt(kind, &f.transition, *took);
+        }
+        woken |= f.release_lease.is_some() || matches!(f.transition, Transition::Return);
+    }
+    if woken {
+        shared.hub.wake_all();
+    }
+}
+
+fn give_up(shared: &Shared, o: &QueuedOutcome, e: &StoreError) {
+    tracing::error!(
+        job = o.finish.id,
+        error = %e,
+        "giving up on recording a job's outcome; its lease will run out and the rescuer will count the attempt as lost"
+    );
+    if let Some(serial) = o.hold {
+        shared.hub.release(o.finish.id, serial);
+    }
+}

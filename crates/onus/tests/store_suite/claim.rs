@@ -1,0 +1,106 @@
+//! Claiming due jobs: kinds, order, a backlog, paused queues.
+
+use super::*;
+
+pub(crate) async fn claim_takes_due_jobs_of_known_kinds_once(backend: Backend) {
+    let w = world(backend).await;
+    let a = w.insert(w.row("a")).await;
+    let _unknown = w.insert(w.row("unknown")).await;
+    let later = w
+        .insert(InsertRow {
+            state: JobState::Scheduled,
+            run_at: w.now + secs(60),
+            ..w.row("a")
+        })
+        .await;
+    let got = w.claim(&["a"], 10, w.now).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a.id]);
+    let j = &got[0];
+    assert_eq!(
+        (j.state, j.attempt, j.lease_owner.as_deref()),
+        (JobState::Running, 1, Some(OWNER))
+    );
+    assert_eq!(j.lease_expires_at, Some(w.now + secs(30)));
+    assert!(w.claim(&["a"], 10, w.now).await.is_empty(), "claimed once");
+    // The scheduled job becomes due at its time.
+    let got = w.claim(&["a"], 10, w.now + secs(60)).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![later.id]);
+}
+
+/// Claims through a backlog take every job once, in order; a job that sorts before what was
+/// already taken (handed back, or more urgent and inserted later) is still claimed, at the latest
+/// by the claim that reaches the backlog's end (on PostgreSQL claims resume after a cursor).
+pub(crate) async fn claims_through_a_backlog_miss_nothing_sorting_before_what_they_took(
+    backend: Backend,
+) {
+    let w = world(backend).await;
+    let rows: Vec<InsertRow> = (0..30).map(|_| w.row("a")).collect();
+    let jobs: Vec<Job> = w
+        .store
+        .insert(rows)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.job)
+        .collect();
+    let first = w.claim(&["a"], 10, w.now).await;
+    assert_eq!(
+        first.iter().map(|j| j.id).collect::<Vec<_>>(),
+        jobs[..10].iter().map(|j| j.id).collect::<Vec<_>>()
+    );
+    // One of them handed back unstarted: available again, its key before the cursor.
+    let back = &first[2];
+    let applied = w
+        .store
+        .finish(vec![w.finish(back, Transition::Return, w.now)])
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true]);
+    assert_eq!(w.get(back).await.state, JobState::Available);
+    // A more urgent job inserted behind the backlog.
+    let urgent = w
+        .insert(InsertRow {
+            priority: -1,
+            ..w.row("a")
+        })
+        .await;
+    let mut seen: Vec<i64> = first.iter().map(|j| j.id).collect();
+    for _ in 0..5 {
+        seen.extend(w.claim(&["a"], 10, w.now).await.iter().map(|j| j.id));
+    }
+    let mut want: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    want.push(back.id);
+    want.push(urgent.id);
+    seen.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(
+        seen, want,
+        "every job claimed once, the handed-back one twice"
+    );
+    assert!(w.claim(&["a"], 10, w.now).await.is_empty());
+}
+
+pub(crate) async fn a_paused_queue_claims_nothing_until_resumed(backend: Backend) {
+    let w = world(backend).await;
+    let j = w.insert(w.row("a")).await;
+    w.db.batch_execute(&format!(
+        "INSERT INTO onus_queues (name, paused_at, updated_at) VALUES ('default', {t}, {t})",
+        t = if backend == Backend::Sqlite {
+            "1".to_string()
+        } else {
+            "now()".to_string()
+        }
+    ))
+    .await;
+    assert!(w.claim(&["a"], 10, w.now + secs(1)).await.is_empty());
+    w.db.batch_execute("UPDATE onus_queues SET paused_at = NULL")
+        .await;
+    assert_eq!(
+        w.claim(&["a"], 10, w.now + secs(1))
+            .await
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>(),
+        vec![j.id]
+    );
+}

@@ -1,0 +1,50 @@
+//! Periodic schedules' periods.
+
+use super::*;
+
+pub(crate) async fn a_period_is_enqueued_once(backend: Backend) {
+    let w = world(backend).await;
+    let row = w
+        .store
+        .upsert_periodic("p", "a", "every: 1h", w.now)
+        .await
+        .unwrap();
+    assert_eq!((row.next_run_at, row.last_period_at), (Some(w.now), None));
+    let first = w
+        .store
+        .enqueue_period("p", w.now, w.now + secs(3600), w.row("a"))
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    assert_eq!(
+        w.store
+            .enqueue_period("p", w.now, w.now + secs(3600), w.row("a"))
+            .await
+            .unwrap(),
+        None,
+        "the same period again"
+    );
+    let next = w
+        .store
+        .enqueue_period("p", w.now + secs(3600), w.now + secs(7200), w.row("a"))
+        .await
+        .unwrap();
+    assert!(next.is_some() && next != first);
+    let rows = w.store.list_periodic().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].last_period_at,
+            rows[0].last_job_id,
+            rows[0].next_run_at
+        ),
+        (Some(w.now + secs(3600)), next, Some(w.now + secs(7200)))
+    );
+    // An unchanged schedule keeps its next run time.
+    let again = w
+        .store
+        .upsert_periodic("p", "a", "every: 1h", w.now)
+        .await
+        .unwrap();
+    assert_eq!(again.next_run_at, Some(w.now + secs(7200)));
+}
