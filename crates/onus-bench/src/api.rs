@@ -40,11 +40,14 @@ impl Server {
         more: impl FnOnce(onus::Builder) -> onus::Builder,
     ) -> Result<Server, String> {
         let file = onus_server::config::parse(config).map_err(|e| e.to_string())?;
-        let (parts, app) = onus_server::serve::prepare_with(&file, url, true, more).await?;
+        let (parts, app) = onus_server::serve::prepare_with(&file, url, true, more)
+            .await
+            .map_err(|e| e.to_string())?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| e.to_string())?;
-        let server = onus_server::serve::Server::start(&parts, app, listener)?;
+        let server =
+            onus_server::serve::Server::start(&parts, app, listener).map_err(|e| e.to_string())?;
         let token = parts
             .secrets
             .valid(onus_server::secrets::API_TOKEN, chrono::Utc::now())

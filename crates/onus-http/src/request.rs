@@ -104,10 +104,13 @@ impl HttpRequestArgs {
 /// The `http.request` kind, handled with `client`, under the `default` policy.
 pub fn kind(client: Arc<HttpClient>) -> Kind {
     let client = Arc::new(client.labelled("http", KIND));
-    Kind::new(KIND).typed(move |ctx: JobContext, args: HttpRequestArgs| {
-        let client = client.clone();
-        async move { run(&client, &ctx, &args).await }
-    })
+    Kind::new(KIND)
+        // Checked at insert, not discarded at the first attempt.
+        .check_args(|args| HttpRequestArgs::check(args).map(drop))
+        .typed(move |ctx: JobContext, args: HttpRequestArgs| {
+            let client = client.clone();
+            async move { run(&client, &ctx, &args).await }
+        })
 }
 
 async fn run(client: &HttpClient, ctx: &JobContext, args: &HttpRequestArgs) -> JobResult {

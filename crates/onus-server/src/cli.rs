@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use onus::{Job, JobFilter, JobId, JobState, Policy};
 
 use crate::config::{self, FileConfig};
+use crate::Error;
 
 /// Onus: a durable job layer where retry has exactly one owner.
 #[derive(Debug, Parser)]
@@ -204,13 +205,11 @@ impl FilterArgs {
 }
 
 /// Refuses a SQLite URL whose file does not exist, naming the file and how to point elsewhere.
-fn database_exists(url: &str) -> Result<(), String> {
+fn database_exists(url: &str) -> Result<(), Error> {
     if !url.starts_with("sqlite:") {
         return Ok(());
     }
-    let path = onus::sqlite::SqliteOptions::from_url(url)
-        .map_err(|e| e.to_string())?
-        .path;
+    let path = onus::sqlite::SqliteOptions::from_url(url)?.path;
     // A missing directory is for the store to name; a missing file in one that exists is ours.
     let dir_missing = path
         .parent()
@@ -221,15 +220,15 @@ fn database_exists(url: &str) -> Result<(), String> {
     let shown = std::fs::canonicalize(".")
         .map(|d| d.join(&path))
         .unwrap_or_else(|_| path.clone());
-    Err(format!(
+    Err(Error::Invalid(format!(
         "no database at {} (from {url}); run this where `onus serve` keeps its database, or point to it with --database-url (ONUS_DATABASE_URL), e.g. --database-url sqlite:///path/to/onus.db; `onus serve` or `onus migrate` makes a new one",
         shown.display()
-    ))
+    )))
 }
 
 /// Runs a parsed command line.
-pub async fn run(cli: Cli) -> Result<(), String> {
-    let (file, path) = config::load(cli.config.as_deref()).map_err(|e| e.to_string())?;
+pub async fn run(cli: Cli) -> Result<(), Error> {
+    let (file, path) = config::load(cli.config.as_deref())?;
     let url = cli
         .database_url
         .clone()
@@ -262,21 +261,18 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                     "name": name, "origin": origin, "policy": policy, "timeline": policy.timeline(),
                     "span_seconds": policy.timeline().span().as_secs_f64(),
                 });
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-                );
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", describe_policy(&name, &origin, &policy));
             }
             Ok(())
         }
         Command::Periodic(PeriodicCommand::List { json }) => {
-            let store = onus::open(&url).await.map_err(|e| e.to_string())?;
-            let rows = store.list_periodic().await.map_err(|e| e.to_string())?;
+            let store = onus::open(&url).await?;
+            let rows = store.list_periodic().await?;
             if json {
                 for r in &rows {
-                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                    println!("{}", serde_json::to_string(r)?);
                 }
             } else {
                 print!("{}", periodic_table(&rows));
@@ -288,8 +284,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             let parts = migrated_runtime(&file, &url).await?;
             crate::panel::Sessions::new(parts.secrets.clone())
                 .revoke_all()
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             eprintln!("every panel session has ended; log in again");
             Ok(())
         }
@@ -301,11 +296,8 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             rotate_encryption(&file, &url, new_key_file).await
         }
         Command::Jobs(cmd) => {
-            let store = onus::open(&url).await.map_err(|e| e.to_string())?;
-            let client = onus::Onus::builder(store)
-                .build()
-                .map_err(|e| e.to_string())?
-                .client();
+            let store = onus::open(&url).await?;
+            let client = onus::Onus::builder(store).build()?.client();
             jobs(client, cmd).await
         }
     }
@@ -313,16 +305,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
 
 /// The runtime the configuration describes, on a database whose migrations are all applied (a
 /// command that writes refuses a database that needs `onus migrate` first).
-async fn migrated_runtime(file: &FileConfig, url: &str) -> Result<crate::serve::Parts, String> {
-    let store = onus::open_with(url, false)
-        .await
-        .map_err(|e| e.to_string())?;
+async fn migrated_runtime(file: &FileConfig, url: &str) -> Result<crate::serve::Parts, Error> {
+    let store = onus::open_with(url, false).await?;
     let parts = crate::serve::runtime(store, file)?;
-    parts
-        .onus
-        .check_migrations()
-        .await
-        .map_err(|e| e.to_string())?;
+    parts.onus.check_migrations().await?;
     Ok(parts)
 }
 
@@ -331,7 +317,7 @@ async fn rotate_encryption(
     file: &FileConfig,
     url: &str,
     new_key_file: Option<PathBuf>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let text = match &new_key_file {
         Some(p) => std::fs::read_to_string(p)
             .map_err(|e| format!("--new-key-file {}: cannot read it ({e})", p.display()))?,
@@ -339,8 +325,8 @@ async fn rotate_encryption(
             "give the new key: --new-key-file PATH or ONUS_NEW_ENCRYPTION_KEY (`onus keys generate` makes one)".to_string()
         })?,
     };
-    let new =
-        onus_webhooks::crypto::Key::from_base64(&text).map_err(|e| format!("the new key: {e}"))?;
+    let new = onus_webhooks::crypto::Key::from_base64(&text)
+        .map_err(|e| Error::during("the new key", e))?;
     let parts = migrated_runtime(file, url).await?;
     let (n, m) = parts.reencrypt(&new).await?;
     println!(
@@ -350,7 +336,7 @@ async fn rotate_encryption(
 }
 
 /// `onus token show|rotate`.
-async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), String> {
+async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), Error> {
     if let Some(t) = crate::serve::configured_token(file) {
         return match cmd {
             TokenCommand::Show => {
@@ -367,11 +353,7 @@ async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), St
     let now = chrono::Utc::now();
     match cmd {
         TokenCommand::Show => {
-            let valid = parts
-                .secrets
-                .valid(crate::secrets::API_TOKEN, now)
-                .await
-                .map_err(|e| e.to_string())?;
+            let valid = parts.secrets.valid(crate::secrets::API_TOKEN, now).await?;
             let Some(current) = valid.iter().find(|v| v.expires_at.is_none()) else {
                 return Err("no API token yet: `onus serve` generates one on its first start (or run `onus token rotate`)".into());
             };
@@ -401,8 +383,7 @@ async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), St
                     now,
                     grace,
                 )
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             eprintln!(
                 "rotated: the previous token is accepted for {} more; every server sharing this database accepts the new one",
                 onus::policy::human(grace)
@@ -414,28 +395,26 @@ async fn token(file: &FileConfig, url: &str, cmd: TokenCommand) -> Result<(), St
 }
 
 /// `onus migrate [--status]`.
-async fn migrate(file: &FileConfig, url: &str, status: bool, json: bool) -> Result<(), String> {
-    let store = onus::open_with(url, false)
-        .await
-        .map_err(|e| e.to_string())?;
+async fn migrate(file: &FileConfig, url: &str, status: bool, json: bool) -> Result<(), Error> {
+    let store = onus::open_with(url, false).await?;
     // The lines of the job layer and of every component the server runs.
     let onus = crate::serve::runtime(store.clone(), file)?.onus;
     let lines = onus.migrations();
     if status {
-        let st = store.migrations(&lines).await.map_err(|e| e.to_string())?;
+        let st = store.migrations(&lines).await?;
         if json {
             for l in &st {
-                println!("{}", serde_json::to_string(l).map_err(|e| e.to_string())?);
+                println!("{}", serde_json::to_string(l)?);
             }
         } else {
             print!("{}", migration_table(&st));
         }
         return Ok(());
     }
-    let applied = onus.migrate().await.map_err(|e| e.to_string())?;
+    let applied = onus.migrate().await?;
     if json {
         for a in &applied {
-            println!("{}", serde_json::to_string(a).map_err(|e| e.to_string())?);
+            println!("{}", serde_json::to_string(a)?);
         }
     } else if applied.is_empty() {
         println!("nothing to apply: every line is current");
@@ -472,7 +451,7 @@ fn migration_table(st: &[onus::sql::LineStatus]) -> String {
 }
 
 /// The policy a kind runs under: its built-in base, with configuration overrides on top.
-pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), String> {
+pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), Error> {
     if let Some(k) = file.kinds.get(name) {
         let (base, origin) =
             builtin(name).unwrap_or((Policy::preset_default(), "the default preset"));
@@ -498,10 +477,10 @@ pub fn policy_named(file: &FileConfig, name: &str) -> Result<(Policy, String), S
         .map(|s| s.to_string())
         .collect();
     known.extend(file.kinds.keys().cloned());
-    Err(format!(
+    Err(Error::Invalid(format!(
         "no kind or preset named {name:?}; known: {}",
         known.join(", ")
-    ))
+    )))
 }
 
 fn builtin(kind: &str) -> Option<(Policy, &'static str)> {
@@ -539,7 +518,7 @@ fn describe_policy(name: &str, origin: &str, p: &Policy) -> String {
     s
 }
 
-async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
+async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), Error> {
     match cmd {
         JobsCommand::List {
             filter,
@@ -549,11 +528,10 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
         } => {
             let jobs = client
                 .list(&filter.to_filter(Vec::new()), limit, before)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             if json {
                 for j in &jobs {
-                    println!("{}", serde_json::to_string(j).map_err(|e| e.to_string())?);
+                    println!("{}", serde_json::to_string(j)?);
                 }
             } else {
                 print!("{}", table(&jobs));
@@ -566,12 +544,9 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
             Ok(())
         }
         JobsCommand::Show { id, json } => {
-            let job = client.get(id).await.map_err(|e| e.to_string())?;
+            let job = client.get(id).await?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&job).map_err(|e| e.to_string())?
-                );
+                println!("{}", serde_json::to_string_pretty(&job)?);
             } else {
                 print!("{}", show(&job));
             }
@@ -579,7 +554,7 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
         }
         JobsCommand::Retry(a) => {
             let f = action_filter(a)?;
-            let out = client.retry_where(&f).await.map_err(|e| e.to_string())?;
+            let out = client.retry_where(&f).await?;
             println!(
                 "retried {} job(s){}",
                 out.retried.len(),
@@ -592,7 +567,7 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
         }
         JobsCommand::Cancel(a) => {
             let f = action_filter(a)?;
-            let out = client.cancel_where(&f).await.map_err(|e| e.to_string())?;
+            let out = client.cancel_where(&f).await?;
             println!(
                 "cancelled {} waiting job(s){}",
                 out.cancelled.len(),
@@ -610,7 +585,7 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), String> {
     }
 }
 
-fn action_filter(a: ActionArgs) -> Result<JobFilter, String> {
+fn action_filter(a: ActionArgs) -> Result<JobFilter, Error> {
     if a.ids.is_empty() && a.filter.is_empty() && !a.all {
         return Err(
             "name job ids, or a filter (--state, --kind, --queue), or --all for every job".into(),
@@ -627,7 +602,8 @@ fn id_list(ids: &[JobId]) -> String {
     format!(": {}", v.join(" "))
 }
 
-fn ts(t: Option<onus::Timestamp>) -> String {
+/// A time as shown in a table, or `-` when there is none.
+fn time_or_dash(t: Option<onus::Timestamp>) -> String {
     t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
         .unwrap_or_else(|| "-".into())
 }
@@ -651,7 +627,7 @@ fn table(jobs: &[Job]) -> String {
             j.kind,
             j.queue,
             format!("{}/{}", j.attempt, j.max_attempts),
-            ts(Some(j.run_at)),
+            time_or_dash(Some(j.run_at)),
             last
         );
     }
@@ -670,10 +646,10 @@ fn show(j: &Job) -> String {
     let _ = writeln!(s, "  attempt:        {}/{}", j.attempt, j.max_attempts);
     let _ = writeln!(s, "  snoozes:        {}", j.snoozes);
     let _ = writeln!(s, "  priority:       {}", j.priority);
-    let _ = writeln!(s, "  run at:         {}", ts(Some(j.run_at)));
-    let _ = writeln!(s, "  created at:     {}", ts(Some(j.created_at)));
-    let _ = writeln!(s, "  attempted at:   {}", ts(j.attempted_at));
-    let _ = writeln!(s, "  finalized at:   {}", ts(j.finalized_at));
+    let _ = writeln!(s, "  run at:         {}", time_or_dash(Some(j.run_at)));
+    let _ = writeln!(s, "  created at:     {}", time_or_dash(Some(j.created_at)));
+    let _ = writeln!(s, "  attempted at:   {}", time_or_dash(j.attempted_at));
+    let _ = writeln!(s, "  finalized at:   {}", time_or_dash(j.finalized_at));
     if let Some(k) = &j.unique_key {
         let _ = writeln!(s, "  unique key:     {k}");
     }
@@ -681,7 +657,11 @@ fn show(j: &Job) -> String {
         let _ = writeln!(s, "  lease key:      {k}");
     }
     if let Some(o) = &j.lease_owner {
-        let _ = writeln!(s, "  leased to:      {o} until {}", ts(j.lease_expires_at));
+        let _ = writeln!(
+            s,
+            "  leased to:      {o} until {}",
+            time_or_dash(j.lease_expires_at)
+        );
     }
     let _ = writeln!(s, "  args:           {}", j.args);
     if let Some(p) = &j.progress {
@@ -694,7 +674,7 @@ fn show(j: &Job) -> String {
             } else {
                 format!("  {}", p.message)
             },
-            ts(Some(p.at))
+            time_or_dash(Some(p.at))
         );
     }
     if let Some(r) = &j.result {
@@ -713,7 +693,7 @@ fn show(j: &Job) -> String {
         let _ = writeln!(
             s,
             "    {}  attempt {}  {:<11}  {}",
-            ts(Some(e.at)),
+            time_or_dash(Some(e.at)),
             e.attempt,
             class,
             e.message
@@ -731,7 +711,7 @@ fn periodic_table(rows: &[onus::store::PeriodicRow]) -> String {
         let failure = match (&r.last_failure_at, &r.last_error) {
             (Some(at), Some(e)) => format!(
                 "{}: {}",
-                ts(Some(*at)),
+                time_or_dash(Some(*at)),
                 e.chars().take(60).collect::<String>()
             ),
             _ => "-".into(),
@@ -742,9 +722,9 @@ fn periodic_table(rows: &[onus::store::PeriodicRow]) -> String {
             r.name,
             r.kind,
             r.schedule,
-            ts(r.last_run_at),
+            time_or_dash(r.last_run_at),
             r.last_state.as_deref().unwrap_or("-"),
-            ts(r.next_run_at),
+            time_or_dash(r.next_run_at),
             failure
         );
     }

@@ -5,8 +5,12 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+mod error;
 mod front;
 pub mod panel;
 pub mod push;
 pub mod secrets;
 pub mod serve;
+pub mod views;
+
+pub use error::Error;

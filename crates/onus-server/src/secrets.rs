@@ -161,7 +161,7 @@ impl Secrets {
 
     fn open(&self, mut v: Version) -> StoreResult<Version> {
         v.value = onus_webhooks::crypto::open_all(self.key.as_ref(), &[v.value])
-            .map_err(|e| onus::StoreError::Query(format!("server secret: {e}")))?
+            .map_err(|e| onus::StoreError::Query(format!("server secret: {e}"), None))?
             .remove(0);
         Ok(v)
     }
@@ -173,7 +173,9 @@ impl Secrets {
         let mut changed = 0;
         for r in rows {
             onus_webhooks::crypto::open_all(self.key.as_ref(), std::slice::from_ref(&r.value))
-                .map_err(|e| onus::StoreError::Query(format!("server secret {}: {e}", r.name)))?;
+                .map_err(|e| {
+                    onus::StoreError::Query(format!("server secret {}: {e}", r.name), None)
+                })?;
             let Some(k) = &self.key else { continue };
             if onus_webhooks::crypto::is_sealed(&r.value) {
                 continue;
@@ -192,7 +194,9 @@ impl Secrets {
         let mut sealed = Vec::with_capacity(rows.len());
         for r in rows {
             let plain = onus_webhooks::crypto::open_all(self.key.as_ref(), &[r.value])
-                .map_err(|e| onus::StoreError::Query(format!("server secret {}: {e}", r.name)))?
+                .map_err(|e| {
+                    onus::StoreError::Query(format!("server secret {}: {e}", r.name), None)
+                })?
                 .remove(0);
             sealed.push((new.seal(&plain), r.name, r.version));
         }
@@ -247,9 +251,12 @@ impl Secrets {
                         .into_iter()
                         .next()
                         .ok_or_else(|| {
-                            onus::StoreError::Query(format!(
+                            onus::StoreError::Query(
+                                format!(
                             "the secret {name} exists but none of its versions is valid; rotate it"
-                        ))
+                        ),
+                                None,
+                            )
                         })?;
                     Ok((v, created))
                 })
@@ -282,7 +289,9 @@ impl Secrets {
                         .await?
                         .into_iter()
                         .find(|v| v.expires_at.is_none())
-                        .ok_or_else(|| onus::StoreError::Query("the rotation wrote nothing".into()))
+                        .ok_or_else(|| {
+                            onus::StoreError::Query("the rotation wrote nothing".into(), None)
+                        })
                 })
             })
             .await?;

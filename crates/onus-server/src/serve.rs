@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use crate::api::{self, App, Auth, HandledBy, KindInfo, Limits};
 use crate::config::FileConfig;
 use crate::secrets::{self, Secrets};
+use crate::Error;
 
 /// How long running jobs get to finish at shutdown before they are handed back.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -33,8 +34,8 @@ fn limited(
     kind: onus::Kind,
     k: &crate::config::KindConfig,
     name: &str,
-) -> Result<onus::Kind, String> {
-    let (cap, rate) = k.limits(name).map_err(|e| e.to_string())?;
+) -> Result<onus::Kind, Error> {
+    let (cap, rate) = k.limits(name)?;
     let kind = match cap {
         Some(n) => kind.max_running(n),
         None => kind,
@@ -64,7 +65,7 @@ pub struct Parts {
 /// `webhook.fanout`, `webhook.deliver`), configured kinds, policy overrides, queues and
 /// retention. Touches no database: migrate with [`Onus::migrate`] (or check with
 /// [`Onus::check_migrations`]).
-pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Parts, String> {
+pub fn runtime(store: Arc<dyn Store>, file: &FileConfig) -> Result<Parts, Error> {
     runtime_with(store, file, |b| b)
 }
 
@@ -74,16 +75,18 @@ pub fn runtime_with(
     store: Arc<dyn Store>,
     file: &FileConfig,
     customize: impl FnOnce(onus::Builder) -> onus::Builder,
-) -> Result<Parts, String> {
-    let mut webhooks_cfg = file.webhooks.resolve().map_err(|e| e.to_string())?;
-    webhooks_cfg.encryption_key = crate::config::encryption_key(file).map_err(|e| e.to_string())?;
-    let http_cfg = file.http.resolve().map_err(|e| e.to_string())?;
+) -> Result<Parts, Error> {
+    let mut webhooks_cfg = file.webhooks.resolve()?;
+    webhooks_cfg.encryption_key = crate::config::encryption_key(file)?;
+    let http_cfg = file.http.resolve()?;
     let secrets = Secrets::new(store.clone(), webhooks_cfg.encryption_key.clone());
-    let hooks =
-        onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg).map_err(|e| e.to_string())?;
-    let http = Arc::new(onus_http::HttpClient::new(&http_cfg).map_err(|e| e.to_string())?);
+    let hooks = onus_webhooks::Webhooks::new(store.clone(), webhooks_cfg)?;
+    let http = Arc::new(
+        onus_http::HttpClient::new(&http_cfg)
+            .map_err(|e| Error::during("the outbound HTTP client", e))?,
+    );
     let mut b = Onus::builder(store);
-    if let Some(off) = file.clock_offset().map_err(|e| e.to_string())? {
+    if let Some(off) = file.clock_offset()? {
         tracing::warn!(
             offset_ms = off.num_milliseconds(),
             "clock_offset is set: this process's clock is shifted on purpose (fault drills only)"
@@ -96,7 +99,7 @@ pub fn runtime_with(
         .kind(onus_http::request::kind(http.clone()));
     b = match &file.mail {
         Some(section) => {
-            let mail = onus_mail::Mail::new(section.resolve().map_err(|e| e.to_string())?);
+            let mail = onus_mail::Mail::new(section.resolve()?);
             b.component(&mail)
         }
         // Known, so an insert is refused with the reason instead of waiting forever.
@@ -135,7 +138,7 @@ pub fn runtime_with(
             if let Some(q) = &k.queue {
                 kind = kind.queue(q.clone());
             }
-            if let Some((t, slots)) = k.lease(name).map_err(|e| e.to_string())? {
+            if let Some((t, slots)) = k.lease(name)? {
                 kind = kind.lease_key_from(t).lease_slots(slots);
             }
             b = b.kind(limited(kind, k, name)?);
@@ -145,7 +148,7 @@ pub fn runtime_with(
             if let Some(q) = &k.queue {
                 kind = kind.queue(q.clone());
             }
-            if let Some((t, slots)) = k.lease(name).map_err(|e| e.to_string())? {
+            if let Some((t, slots)) = k.lease(name)? {
                 kind = kind.lease_key_from(t).lease_slots(slots);
             }
             b = b.kind(limited(kind, k, name)?);
@@ -156,9 +159,9 @@ pub fn runtime_with(
             || k.max_running.is_some()
             || k.rate.is_some()
         {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "[kinds.\"{name}\"]: {name} is built in; only its policy and retry_budget can be changed"
-            ));
+            )));
         }
         if let Some(o) = &k.policy {
             b = b.policy_override(name.clone(), o.clone());
@@ -169,17 +172,15 @@ pub fn runtime_with(
     }
     for (name, p) in &file.periodic {
         if !file.kinds.contains_key(&p.kind) && !BUILT_IN.contains(&p.kind.as_str()) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "[periodic.\"{name}\"] kind = {:?} is not a kind this server knows; add [kinds.\"{}\"] (pulled by workers, or pushed with url = \"...\")",
                 p.kind, p.kind
-            ));
+            )));
         }
-        b = b.periodic(p.periodic(name).map_err(|e| e.to_string())?);
+        b = b.periodic(p.periodic(name)?);
     }
-    let retention = file.retention.durations().map_err(|e| e.to_string())?;
-    let options = file
-        .leases(onus::Options::default())
-        .map_err(|e| e.to_string())?;
+    let retention = file.retention.durations()?;
+    let options = file.leases(onus::Options::default())?;
     b = b.options(onus::Options {
         retention,
         retry_budget: file.retry_budget,
@@ -187,7 +188,7 @@ pub fn runtime_with(
     });
     let onus = customize(b)
         .build()
-        .map_err(|e| format!("configuration: {e}"))?;
+        .map_err(|e| Error::during("configuration", e))?;
     let mut kinds = BTreeMap::new();
     for kind in onus.kinds() {
         let name = kind.name().to_string();
@@ -226,17 +227,9 @@ impl Parts {
     pub async fn reencrypt(
         &self,
         new: &onus_webhooks::crypto::Key,
-    ) -> Result<(usize, usize), String> {
-        let endpoints = self
-            .webhooks
-            .reencrypt(new)
-            .await
-            .map_err(|e| e.to_string())?;
-        let server = self
-            .secrets
-            .reencrypt(new)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(usize, usize), Error> {
+        let endpoints = self.webhooks.reencrypt(new).await?;
+        let server = self.secrets.reencrypt(new).await?;
         Ok((endpoints, server))
     }
 
@@ -262,7 +255,7 @@ pub fn configured_token(file: &FileConfig) -> Option<String> {
 
 /// The token check: the configured token, or the one kept in the database (generated now if
 /// there is none yet, and logged as generated, never its value).
-pub async fn auth(parts: &Parts, configured: Option<String>) -> Result<Auth, String> {
+pub async fn auth(parts: &Parts, configured: Option<String>) -> Result<Auth, Error> {
     if configured.is_none() {
         let (_, created) = parts
             .secrets
@@ -272,7 +265,7 @@ pub async fn auth(parts: &Parts, configured: Option<String>) -> Result<Auth, Str
                 chrono::Utc::now(),
             )
             .await
-            .map_err(|e| format!("cannot keep the API token in the database: {e}"))?;
+            .map_err(|e| Error::during("cannot keep the API token in the database", e))?;
         if created {
             tracing::info!(
                 "generated an API token and kept it in the database; `onus token show` prints it"
@@ -281,7 +274,7 @@ pub async fn auth(parts: &Parts, configured: Option<String>) -> Result<Auth, Str
     }
     let auth = Auth::new(configured, parts.secrets.clone());
     if !auth.is_configured() {
-        auth.refresh().await.map_err(|e| e.to_string())?;
+        auth.refresh().await?;
     }
     Ok(auth)
 }
@@ -326,8 +319,10 @@ impl Server {
         parts: &Parts,
         app: App,
         listener: tokio::net::TcpListener,
-    ) -> Result<Self, String> {
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    ) -> Result<Self, Error> {
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::during("the listening socket", e))?;
         // The counters before the first attempt: one that ran while the routes were built would
         // count its request nowhere (the amplification invariant would then miss a request).
         api::metrics::handle();
@@ -370,7 +365,7 @@ impl Server {
 
     /// Stops taking requests, lets those in flight finish, then stops the workers (running jobs
     /// get `grace`).
-    pub async fn shutdown(self, grace: Duration) -> Result<(), String> {
+    pub async fn shutdown(self, grace: Duration) -> Result<(), Error> {
         let _ = self.stop.send(());
         // Requests in flight finish, within a bound (a long poll waits at most 30 s).
         let mut http = self.http;
@@ -388,14 +383,14 @@ impl Server {
         self.running.shutdown(grace).await;
         match served {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("HTTP server failed: {e}")),
-            Err(e) => Err(format!("HTTP server failed: {e}")),
+            Ok(Err(e)) => Err(Error::during("HTTP server failed", e)),
+            Err(e) => Err(Error::during("HTTP server failed", e)),
         }
     }
 }
 
 /// Opens the database, migrates (or checks), and returns the parts and the handlers' state.
-pub async fn prepare(file: &FileConfig, url: &str, migrate: bool) -> Result<(Parts, App), String> {
+pub async fn prepare(file: &FileConfig, url: &str, migrate: bool) -> Result<(Parts, App), Error> {
     prepare_with(file, url, migrate, |b| b).await
 }
 
@@ -405,29 +400,23 @@ pub async fn prepare_with(
     url: &str,
     migrate: bool,
     customize: impl FnOnce(onus::Builder) -> onus::Builder,
-) -> Result<(Parts, App), String> {
+) -> Result<(Parts, App), Error> {
     // Every line, the job layer's included, is migrated (and logged) by `Onus::migrate` below.
-    let store = onus::open_with(url, false)
-        .await
-        .map_err(|e| e.to_string())?;
+    let store = onus::open_with(url, false).await?;
     let parts = runtime_with(store, file, customize)?;
     if migrate {
-        for a in parts.onus.migrate().await.map_err(|e| e.to_string())? {
+        for a in parts.onus.migrate().await? {
             tracing::info!(line = %a.line, version = a.version, file = %a.name, "migration applied");
         }
     } else {
-        parts
-            .onus
-            .check_migrations()
-            .await
-            .map_err(|e| e.to_string())?;
+        parts.onus.check_migrations().await?;
     }
     // Every stored secret opens with the configured key; plaintext ones are encrypted now.
     let sealed = parts
         .webhooks
         .seal_stored_secrets()
         .await
-        .map_err(|e| format!("webhook secrets: {e}"))?;
+        .map_err(|e| Error::during("webhook secrets", e))?;
     if sealed > 0 {
         tracing::info!(
             endpoints = sealed,
@@ -438,7 +427,7 @@ pub async fn prepare_with(
         .secrets
         .seal_stored()
         .await
-        .map_err(|e| format!("the server's secrets: {e}"))?;
+        .map_err(|e| Error::during("the server's secrets", e))?;
     if sealed > 0 {
         tracing::info!(
             secrets = sealed,
@@ -457,7 +446,7 @@ pub async fn serve(
     url: String,
     listen: String,
     migrate: bool,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     // Listening for the signals before anything else: one that arrives while the server starts
     // stops it gracefully too.
     let signal = stop_signal()?;
@@ -484,10 +473,10 @@ pub async fn serve(
 }
 
 /// A future that resolves at SIGINT or SIGTERM; the handlers are installed when it is made.
-fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>, Error> {
     #[cfg(unix)]
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
+        .map_err(|e| Error::during("cannot listen for SIGTERM", e))?;
     let ctrl_c = tokio::spawn(tokio::signal::ctrl_c());
     Ok(async move {
         #[cfg(unix)]

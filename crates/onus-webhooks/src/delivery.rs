@@ -6,7 +6,7 @@ use onus_http::{Request, Sent};
 
 use crate::health::disable_reason;
 use crate::ids::AttemptId;
-use crate::model::{DeliverArgs, DeliveryAttempt, Endpoint, Event, Outcome};
+use crate::model::{AttemptOutcome, DeliverArgs, DeliveryAttempt, Endpoint, Event};
 use crate::{sql, Error, Webhooks};
 
 pub use crate::signing::{WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
@@ -99,7 +99,7 @@ impl Webhooks {
             duration_ms: sent.duration.as_micros() as f64 / 1000.0,
             response_excerpt: sent.excerpt.chars().take(EXCERPT_CHARS).collect(),
             error: sent.error.clone(),
-            outcome: Outcome::of(&sent.class),
+            outcome: AttemptOutcome::of(&sent.class),
         };
         let ep = p.endpoint.id.clone();
         let reset_before = onus::clock::sub(now, self.inner.cfg.failure_reset);

@@ -40,8 +40,8 @@ pub use error::Error;
 pub use events::NewEvent;
 pub use ids::{AttemptId, EndpointId, EventId};
 pub use model::{
-    DeliverArgs, DeliveryAttempt, Endpoint, EndpointUpdate, Event, FanoutArgs, NewEndpoint,
-    Outcome, PayloadFormat, MAX_PAYLOAD_BYTES,
+    AttemptOutcome, DeliverArgs, DeliveryAttempt, Endpoint, EndpointUpdate, Event, FanoutArgs,
+    NewEndpoint, PayloadFormat, MAX_PAYLOAD_BYTES,
 };
 pub use sql::MIGRATIONS;
 

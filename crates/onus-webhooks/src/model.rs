@@ -259,7 +259,7 @@ impl FromRow for Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub enum Outcome {
+pub enum AttemptOutcome {
     /// The endpoint answered 2xx.
     Success,
     /// It failed in a way another attempt may fix (5xx, 408, a timeout, a reset).
@@ -270,48 +270,48 @@ pub enum Outcome {
     Permanent,
 }
 
-impl Outcome {
+impl AttemptOutcome {
     /// Its name as stored.
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Success => "success",
-            Outcome::Retryable => "retryable",
-            Outcome::Snoozed => "snoozed",
-            Outcome::Permanent => "permanent",
+            AttemptOutcome::Success => "success",
+            AttemptOutcome::Retryable => "retryable",
+            AttemptOutcome::Snoozed => "snoozed",
+            AttemptOutcome::Permanent => "permanent",
         }
     }
 
     /// The outcome of a classified answer.
     pub fn of(class: &onus_http::Class) -> Self {
         match class {
-            onus_http::Class::Success => Outcome::Success,
-            onus_http::Class::Snooze { .. } => Outcome::Snoozed,
-            onus_http::Class::Retryable(_) => Outcome::Retryable,
-            onus_http::Class::Permanent(_) => Outcome::Permanent,
+            onus_http::Class::Success => AttemptOutcome::Success,
+            onus_http::Class::Snooze { .. } => AttemptOutcome::Snoozed,
+            onus_http::Class::Retryable(_) => AttemptOutcome::Retryable,
+            onus_http::Class::Permanent(_) => AttemptOutcome::Permanent,
         }
     }
 }
 
-impl std::fmt::Display for Outcome {
+impl std::fmt::Display for AttemptOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl From<Outcome> for Value {
-    fn from(o: Outcome) -> Value {
+impl From<AttemptOutcome> for Value {
+    fn from(o: AttemptOutcome) -> Value {
         Value::Text(o.as_str().into())
     }
 }
 
-impl FromValue for Outcome {
+impl FromValue for AttemptOutcome {
     fn from_value(v: &Value, backend: onus::sql::Backend) -> Result<Self, String> {
         let s = String::from_value(v, backend)?;
         [
-            Outcome::Success,
-            Outcome::Retryable,
-            Outcome::Snoozed,
-            Outcome::Permanent,
+            AttemptOutcome::Success,
+            AttemptOutcome::Retryable,
+            AttemptOutcome::Snoozed,
+            AttemptOutcome::Permanent,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)
@@ -347,7 +347,7 @@ pub struct DeliveryAttempt {
     /// The transport error, if no response came.
     pub error: Option<String>,
     /// How it ended.
-    pub outcome: Outcome,
+    pub outcome: AttemptOutcome,
 }
 
 impl FromRow for DeliveryAttempt {

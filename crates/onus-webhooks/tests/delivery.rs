@@ -191,7 +191,7 @@ async fn regression_a_2xx_with_a_nul_in_its_body_is_a_success(backend: Backend) 
     assert_eq!(attempts.len(), 2);
     assert_eq!(attempts[0].response_excerpt, "oops");
     assert_eq!(attempts[1].response_excerpt, "okthanks");
-    assert_eq!(attempts[1].outcome, onus_webhooks::Outcome::Success);
+    assert_eq!(attempts[1].outcome, onus_webhooks::AttemptOutcome::Success);
     assert_eq!(
         w.hooks.endpoint(&ep.id).await.unwrap().failing_since,
         None,
@@ -380,7 +380,7 @@ async fn fails_twice_then_delivers_with_one_id_and_fresh_signatures(backend: Bac
         attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
         vec![Some(500), Some(500), Some(200)]
     );
-    assert_eq!(attempts[2].outcome, onus_webhooks::Outcome::Success);
+    assert_eq!(attempts[2].outcome, onus_webhooks::AttemptOutcome::Success);
     assert_eq!(
         w.hooks.endpoint(&ep.id).await.unwrap().failing_since,
         None,

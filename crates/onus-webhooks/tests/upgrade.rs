@@ -9,7 +9,7 @@ use std::time::Duration;
 use onus::{Clock, DiscardReason, EntryClass, JobContext, JobState, Kind, ManualClock, Onus};
 use onus_testkit::sink::{HttpSink, Reply};
 use onus_testkit::{Backend, TestDb};
-use onus_webhooks::{Outcome, WebhookConfig, Webhooks};
+use onus_webhooks::{AttemptOutcome, WebhookConfig, Webhooks};
 use serde_json::json;
 
 const SQLITE: &str = include_str!("fixtures/before_shared_migrations.sqlite.sql");
@@ -164,7 +164,7 @@ async fn an_existing_database_upgrades_in_place(backend: Backend) {
             att[0].status,
             att[0].outcome
         ),
-        ("att_fixture1", 3, 1, Some(200), Outcome::Success)
+        ("att_fixture1", 3, 1, Some(200), AttemptOutcome::Success)
     );
     assert_eq!(att[0].attempted_at, at("2026-03-01T00:00:01Z"));
     assert_eq!(att[0].duration_ms, 1.5);

@@ -131,7 +131,7 @@ impl Proc {
     }
 }
 
-/// Counts of what happened, by name.
+/// Counts of what happened, by name (a tally sheet: one line per name, each mark adds one).
 #[derive(Default)]
 pub(super) struct Tally(Mutex<BTreeMap<String, u64>>);
 

@@ -3,22 +3,11 @@
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use onus::store::Alert;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::{ApiError, App};
-
-/// The most alerts one listing returns.
-pub const MAX_ALERTS: usize = 1000;
-
-/// The answer of `GET /alerts`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AlertList {
-    /// Open alerts first (newest first), then acknowledged ones (newest first).
-    pub alerts: Vec<Alert>,
-    /// How many alerts are open in all.
-    pub open: u64,
-}
+pub use crate::views::alerts::{alert_list, AlertList, MAX_ALERTS};
 
 /// The parameters of `GET /alerts`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -27,13 +16,6 @@ pub struct AlertList {
 pub struct AlertParams {
     /// Most alerts to answer, at most 1,000 (default 100).
     pub limit: Option<String>,
-}
-
-/// Alerts, open first: what `GET /alerts` and the panel's badge show.
-pub async fn alert_list(app: &App, limit: usize) -> Result<AlertList, ApiError> {
-    let alerts = app.client.alerts(limit).await?;
-    let open = app.client.open_alerts().await?;
-    Ok(AlertList { alerts, open })
 }
 
 /// Alerts raised by exhausted jobs, open first.

@@ -129,8 +129,8 @@ impl From<onus::StoreError> for ApiError {
             E::NotFound(id) => ApiError::not_found(format!("no job with id {id}")),
             E::Conflict(m) => ApiError::conflict(m),
             E::BadUrl(m) => ApiError::invalid(m),
-            E::Unavailable(_) | E::Closed => ApiError::unavailable(e.to_string()),
-            E::Open(_) | E::Query(_) | E::Constraint(_) | E::Decode { .. } | E::Aborted => {
+            E::Unavailable(..) | E::Closed => ApiError::unavailable(e.to_string()),
+            E::Open(_) | E::Query(..) | E::Constraint(..) | E::Decode { .. } | E::Aborted => {
                 ApiError::internal(e.to_string())
             }
         }

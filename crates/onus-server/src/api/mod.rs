@@ -7,11 +7,11 @@ pub mod alerts;
 pub mod auth;
 pub mod body;
 pub mod error;
-pub mod hooks;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;
 pub mod queues;
+pub mod webhooks;
 pub mod workers;
 
 use std::collections::BTreeMap;
@@ -299,21 +299,21 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(keys::list))
         .routes(utoipa_axum::routes!(keys::pause))
         .routes(utoipa_axum::routes!(keys::resume))
-        .routes(utoipa_axum::routes!(hooks::create, hooks::list))
+        .routes(utoipa_axum::routes!(webhooks::create, webhooks::list))
         .routes(utoipa_axum::routes!(
-            hooks::show,
-            hooks::update,
-            hooks::delete
+            webhooks::show,
+            webhooks::update,
+            webhooks::delete
         ))
-        .routes(utoipa_axum::routes!(hooks::enable))
-        .routes(utoipa_axum::routes!(hooks::disable))
-        .routes(utoipa_axum::routes!(hooks::rotate_secret))
-        .routes(utoipa_axum::routes!(hooks::test))
-        .routes(utoipa_axum::routes!(hooks::redeliver))
-        .routes(utoipa_axum::routes!(hooks::attempts))
-        .routes(utoipa_axum::routes!(hooks::publish, hooks::events))
-        .routes(utoipa_axum::routes!(hooks::event))
-        .routes(utoipa_axum::routes!(hooks::deliveries))
+        .routes(utoipa_axum::routes!(webhooks::enable))
+        .routes(utoipa_axum::routes!(webhooks::disable))
+        .routes(utoipa_axum::routes!(webhooks::rotate_secret))
+        .routes(utoipa_axum::routes!(webhooks::test))
+        .routes(utoipa_axum::routes!(webhooks::redeliver))
+        .routes(utoipa_axum::routes!(webhooks::attempts))
+        .routes(utoipa_axum::routes!(webhooks::publish, webhooks::events))
+        .routes(utoipa_axum::routes!(webhooks::event))
+        .routes(utoipa_axum::routes!(webhooks::deliveries))
         .routes(utoipa_axum::routes!(workers::claim))
         .routes(utoipa_axum::routes!(workers::complete))
         .routes(utoipa_axum::routes!(workers::fail))

@@ -3,9 +3,9 @@
 //! served from the binary; pages work without JavaScript.
 
 pub mod chart;
-pub mod hooks;
 pub mod pages;
 pub mod session;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -363,12 +363,15 @@ pub fn router(panel: Panel) -> Router {
         .route("/periodic", get(pages::periodic))
         .route("/periodic/action", post(pages::periodic_action))
         .route("/kinds", get(pages::kinds))
-        .route("/endpoints", get(hooks::endpoints).post(hooks::create))
-        .route("/endpoints/{id}", get(hooks::endpoint))
-        .route("/endpoints/{id}/action", post(hooks::endpoint_action))
-        .route("/endpoints/{id}/edit", post(hooks::endpoint_edit))
-        .route("/events", get(hooks::events))
-        .route("/events/{id}", get(hooks::event))
+        .route(
+            "/endpoints",
+            get(webhooks::endpoints).post(webhooks::create),
+        )
+        .route("/endpoints/{id}", get(webhooks::endpoint))
+        .route("/endpoints/{id}/action", post(webhooks::endpoint_action))
+        .route("/endpoints/{id}/edit", post(webhooks::endpoint_edit))
+        .route("/events", get(webhooks::events))
+        .route("/events/{id}", get(webhooks::event))
         .route("/assets/panel.css", get(css))
         .route("/assets/panel.js", get(js))
         .layer(axum::middleware::from_fn_with_state(

@@ -131,7 +131,7 @@ pub async fn api_plus(
     .await;
     let (parts, app) = match prepared {
         Ok(p) => p,
-        Err(e) => return Err((db, e)),
+        Err(e) => return Err((db, e.to_string())),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = Server::start(&parts, app, listener).unwrap();

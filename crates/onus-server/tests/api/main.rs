@@ -145,7 +145,7 @@ async fn postgres_lost_mid_run_loses_no_confirmed_insert_and_recovers() {
     let file = onus_server::config::parse(harness::CONFIG).unwrap();
     let e = match onus_server::serve::prepare(&file, &url, true).await {
         Ok(_) => panic!("a server started without its database"),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     assert!(
         e.contains(&proxy.addr().port().to_string()),

@@ -160,7 +160,7 @@ pub async fn regression_a_push_url_to_a_refused_address_is_refused_at_start(w: W
         let db = onus_testkit::TestDb::new(backend).await;
         let e = match onus_server::serve::prepare(&file, &db.url, true).await {
             Ok(_) => panic!("{host}: a push kind to a refused address was accepted"),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         assert!(
             e.contains("[kinds.\"push.refused\"] url") && e.contains("[http] allow_networks"),

@@ -112,7 +112,8 @@ impl Pages {
     }
 }
 
-/// The free slots one insert found at a queue's door.
+/// What one insert was offered at an idle queue's door (its [`super::producer::Intake`]): the
+/// door, and the free run slots the insert may start its jobs in.
 struct Offer {
     intake: Option<Arc<super::producer::Intake>>,
     permits: Vec<tokio::sync::OwnedSemaphorePermit>,
@@ -172,6 +173,13 @@ impl Client {
             .into_iter()
             .map(|j| self.prepare(j))
             .collect::<Result<Vec<_>, _>>()?;
+        self.insert_prepared(rows).await
+    }
+
+    /// Inserts jobs already prepared with [`Client::prepare`] (which checked them) in one
+    /// transaction: all or none. For a caller that prepares each job where it can say which one
+    /// was refused (the HTTP API names the field), so nothing is prepared twice.
+    pub async fn insert_prepared(&self, rows: Vec<InsertRow>) -> Result<Vec<Inserted>, Error> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }

@@ -37,7 +37,8 @@ struct Entry {
     finishing: bool,
 }
 
-/// What a worker gets for a job it registered.
+/// This process's hold on a job it claimed (from the claim until its outcome is written): the
+/// registration's serial, and the tokens that stop its attempt when it is cancelled or lost.
 #[derive(Debug, Clone)]
 pub(crate) struct Hold {
     pub(crate) serial: u64,

@@ -167,9 +167,9 @@ pub enum BuildError {
 /// Logs the first failure of a database outage as an error and the rest quietly, until a
 /// success says the database is back: one clear error per outage, not one per loop.
 #[derive(Debug, Default)]
-pub(crate) struct Trouble(std::sync::atomic::AtomicBool);
+pub(crate) struct OutageLog(std::sync::atomic::AtomicBool);
 
-impl Trouble {
+impl OutageLog {
     pub(crate) fn report(&self, what: &str, e: &dyn std::fmt::Display) {
         if self.0.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::debug!(error = %e, "{what}");
@@ -187,7 +187,7 @@ impl Trouble {
 
 pub(crate) struct Shared {
     pub(crate) lines: Vec<&'static crate::sql::Line>,
-    pub(crate) trouble: Trouble,
+    pub(crate) outage: OutageLog,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) kinds: HashMap<String, Kind>,
@@ -416,7 +416,7 @@ impl Builder {
         let binders = std::mem::take(&mut self.binders);
         let shared = Shared {
             lines: std::mem::take(&mut self.lines),
-            trouble: Trouble::default(),
+            outage: OutageLog::default(),
             store: self.store,
             clock: self.clock,
             kinds: self.kinds.into_iter().collect(),

@@ -425,7 +425,7 @@ struct RunSlots {
     started: Arc<AtomicU64>,
 }
 
-/// Jobs a queue keeps aside because this process already takes their lease key in all its
+/// Jobs parked in a queue (kept aside, out of every run slot) because this process already takes their lease key in all its
 /// slots (see [`super::hub::KeyGates`]): they wait here, held and renewed but in no run slot,
 /// and try the key when one of this process's attempts lets go of it, instead of each asking the
 /// database, finding the key busy and sleeping until a release wakes it. At most

@@ -37,7 +37,8 @@ pub struct Claimed {
     pub lease_expires_at: Timestamp,
 }
 
-/// What a heartbeat found.
+/// What a pull worker's heartbeat (a beat: its lease renewed, while it still holds the job)
+/// found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Beat {
     /// The lease's new end.
@@ -313,7 +314,7 @@ impl Client {
             if tokio::time::Instant::now() >= waiting {
                 return Err(Error::Store(StoreError::Unavailable(format!(
                     "job {id}'s row is being written by another transaction; its lease is still yours: send the heartbeat again"
-                ))));
+                ), None)));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
@@ -382,5 +383,5 @@ fn off_clock(shared: &super::Shared) -> Error {
     Error::Store(StoreError::Unavailable(format!(
         "this server's clock is off the database's by more than {}, so the leases it writes would be misread; it hands out and renews no leases until its clock is in sync (NTP): use another server meanwhile",
         crate::policy::human(super::skew::Skew::rescue_bound(shared))
-    )))
+    ), None))
 }

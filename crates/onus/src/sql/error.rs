@@ -3,6 +3,15 @@
 
 use serde::Serialize;
 
+/// The database driver's own error (rusqlite's, tokio-postgres's), kept as the source of the
+/// [`StoreError`] made from it.
+pub type DriverError = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
+/// `e` as the source of a [`StoreError`].
+pub(crate) fn driver(e: impl std::error::Error + Send + Sync + 'static) -> DriverError {
+    std::sync::Arc::new(e)
+}
+
 /// A storage failure, with what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -12,13 +21,14 @@ pub enum StoreError {
     /// The database URL is not one Onus understands.
     #[error("{0}")]
     BadUrl(String),
-    /// A query failed: the database refused it.
+    /// A query failed: the database refused it (the driver's error, when it came from one, is
+    /// its source).
     #[error("database error: {0}")]
-    Query(String),
+    Query(String, #[source] Option<DriverError>),
     /// The database cannot be reached or cannot take the write now (connection lost, timed out,
     /// locked by another process, shutting down): the same call may work later.
     #[error("database unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(String, #[source] Option<DriverError>),
     /// The store's background writer is gone (the process is shutting down).
     #[error("the store is closed")]
     Closed,
@@ -30,7 +40,7 @@ pub enum StoreError {
     Conflict(String),
     /// The write broke a rule of the schema (a unique key, a check, a foreign key).
     #[error("the database refused the write: {0}")]
-    Constraint(String),
+    Constraint(String, #[source] Option<DriverError>),
     /// A stored value could not be read as its type: the schema and the code disagree, or the
     /// row was changed by hand.
     #[error("cannot read column {column} of {table}: {problem}")]
@@ -51,7 +61,7 @@ pub enum StoreError {
 impl StoreError {
     /// True when the same call may work later without any change (see [`StoreError::Unavailable`]).
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(..))
     }
 
     /// Whose fault it is: a missing job, a conflicting state or a bad URL is the caller's; the
@@ -62,10 +72,10 @@ impl StoreError {
             StoreError::NotFound(_) | StoreError::Conflict(_) | StoreError::BadUrl(_) => {
                 Fault::Caller
             }
-            StoreError::Constraint(_)
+            StoreError::Constraint(..)
             | StoreError::Open(_)
-            | StoreError::Query(_)
-            | StoreError::Unavailable(_)
+            | StoreError::Query(..)
+            | StoreError::Unavailable(..)
             | StoreError::Closed
             | StoreError::Decode { .. }
             | StoreError::Aborted => Fault::Service,

@@ -141,7 +141,9 @@ pub struct Applied {
 pub(crate) fn failed(line: &Line, m: &Migration, why: StoreError) -> StoreError {
     let what = format!("migration {} {} ({}) failed", line.name, m.version, m.name);
     match why {
-        StoreError::Unavailable(e) => StoreError::Unavailable(format!("{what}: {e}")),
+        StoreError::Unavailable(e, source) => {
+            StoreError::Unavailable(format!("{what}: {e}"), source)
+        }
         e => StoreError::Open(format!("{what}: {e}")),
     }
 }

@@ -29,7 +29,7 @@ pub(crate) mod postgres;
 pub(crate) mod sqlite;
 pub(crate) mod value;
 
-pub use error::{Fault, StoreError, StoreResult};
+pub use error::{DriverError, Fault, StoreError, StoreResult};
 pub use migrate::{Applied, Line, LineStatus, Migration};
 pub use value::{FromValue, Json, Value};
 
@@ -424,7 +424,7 @@ pub fn ready<T, E: From<StoreError>>(fut: impl Future<Output = Result<T, E>>) ->
     use futures_util::FutureExt;
     fut.now_or_never().unwrap_or_else(|| {
         Err(StoreError::Query(
-            "a database operation awaited something other than its SQLite transaction; an operation may await only its transaction".into(),
+            "a database operation awaited something other than its SQLite transaction; an operation may await only its transaction".into(), None
         )
         .into())
     })

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 
+use crate::sql::error::driver;
+
 use crate::clock::Timestamp;
 use crate::sql::error::{StoreError, StoreResult};
 use crate::sql::migrate::{Applied, Line, LineStatus};
@@ -56,11 +58,11 @@ fn transient(e: &tokio_postgres::Error) -> bool {
 /// A PostgreSQL error as a [`StoreError`].
 pub(crate) fn error(e: tokio_postgres::Error) -> StoreError {
     if transient(&e) {
-        StoreError::Unavailable(describe(&e))
+        StoreError::Unavailable(describe(&e), Some(driver(e)))
     } else if e.code().is_some_and(|c| c.code().starts_with("23")) {
-        StoreError::Constraint(describe(&e))
+        StoreError::Constraint(describe(&e), Some(driver(e)))
     } else {
-        StoreError::Query(describe(&e))
+        StoreError::Query(describe(&e), Some(driver(e)))
     }
 }
 

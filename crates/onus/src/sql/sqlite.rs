@@ -7,6 +7,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection};
 
 use crate::clock::{from_micros, Timestamp};
+use crate::sql::error::driver;
 use crate::sql::error::{StoreError, StoreResult};
 use crate::sql::migrate::{Applied, Line, LineStatus};
 
@@ -56,9 +57,9 @@ pub(crate) fn error(e: rusqlite::Error) -> StoreError {
 /// comma-separated list naming, by position, the column a value of the wrong type was in).
 pub(crate) fn error_in(e: rusqlite::Error, columns: &str) -> StoreError {
     if transient(&e) {
-        StoreError::Unavailable(with_hint(&e))
+        StoreError::Unavailable(with_hint(&e), Some(driver(e)))
     } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
-        StoreError::Constraint(e.to_string())
+        StoreError::Constraint(e.to_string(), Some(driver(e)))
     } else if let Some(column) = decode_column(&e, columns) {
         // A stored value that does not read as its type.
         StoreError::Decode {
@@ -67,7 +68,7 @@ pub(crate) fn error_in(e: rusqlite::Error, columns: &str) -> StoreError {
             problem: e.to_string(),
         }
     } else {
-        StoreError::Query(e.to_string())
+        StoreError::Query(e.to_string(), Some(driver(e)))
     }
 }
 
@@ -302,15 +303,18 @@ fn statement<'c>(
             return Err(StoreError::Query(format!(
                 "parameter {i} of a statement on {} is not ${i} (number parameters in order of first use): {text}",
                 sql.table
-            )));
+            ), None));
         }
     }
     if n != params.len() {
-        return Err(StoreError::Query(format!(
-            "a statement on {} takes {n} parameters but was given {}: {text}",
-            sql.table,
-            params.len()
-        )));
+        return Err(StoreError::Query(
+            format!(
+                "a statement on {} takes {n} parameters but was given {}: {text}",
+                sql.table,
+                params.len()
+            ),
+            None,
+        ));
     }
     Ok(st)
 }

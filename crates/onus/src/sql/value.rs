@@ -69,7 +69,7 @@ impl Value {
     /// JSON of any serializable value.
     pub fn json<T: serde::Serialize + ?Sized>(v: &T) -> Result<Value, crate::sql::StoreError> {
         serde_json::to_value(v).map(Value::Json).map_err(|e| {
-            crate::sql::StoreError::Query(format!("a value cannot be written as JSON: {e}"))
+            crate::sql::StoreError::Query(format!("a value cannot be written as JSON: {e}"), None)
         })
     }
 }

@@ -50,7 +50,9 @@ static DROP_ZEROS: Sql = Sql::new(COUNTS, "DELETE FROM onus_job_counts WHERE n =
 static DROP_OLD: Sql = Sql::new(HISTORY, "DELETE FROM onus_job_history WHERE minute < $1");
 
 fn state(r: &Row) -> StoreResult<crate::job::JobState> {
-    r.get::<String>("state")?.parse().map_err(StoreError::Query)
+    r.get::<String>("state")?
+        .parse()
+        .map_err(|e| StoreError::Query(e, None))
 }
 
 impl FromRow for CountRow {

@@ -30,6 +30,7 @@ pub trait JobTx: Tx {
             return Err(StoreError::Query(
                 "a finished attempt is recorded inside a transaction, not on a bare connection"
                     .into(),
+                None,
             ));
         }
         crate::store::finish::locked(self, finish).await
@@ -147,7 +148,7 @@ where
         (Some(Err(e)), _) => Err(e),
         (Some(Ok(v)), Ok(())) => Ok(v),
         (_, Err(e)) => Err(e.into()),
-        (None, Ok(())) => Err(StoreError::Query("the operation did not run".into()).into()),
+        (None, Ok(())) => Err(StoreError::Query("the operation did not run".into(), None).into()),
     }
 }
 

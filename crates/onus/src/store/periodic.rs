@@ -93,7 +93,7 @@ pub(crate) async fn upsert<T: Tx + ?Sized>(
     .await?;
     tx.fetch_opt(&ONE, &[name.into()])
         .await?
-        .ok_or_else(|| StoreError::Query(format!("periodic schedule {name:?} vanished")))
+        .ok_or_else(|| StoreError::Query(format!("periodic schedule {name:?} vanished"), None))
 }
 
 /// Every schedule, by name.

@@ -101,6 +101,7 @@ impl Store for Faulty {
         {
             return Err(StoreError::Unavailable(
                 "the connection dropped after the claim committed".into(),
+                None,
             ));
         }
         Ok(jobs)
@@ -121,12 +122,14 @@ impl Store for Faulty {
         if timed_out {
             return Err(StoreError::Unavailable(
                 "ERROR: canceling statement due to statement timeout".into(),
+                None,
             ));
         }
         if refused {
             self.faults.refused.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Query(
                 "ERROR: the database refused this outcome".into(),
+                None,
             ));
         }
         self.inner.finish(batch).await

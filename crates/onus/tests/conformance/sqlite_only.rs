@@ -150,12 +150,12 @@ async fn regression_a_rolled_back_transaction_fails_its_whole_batch() {
         .write(|conn| {
             let pages: i64 = conn
                 .query_row("PRAGMA page_count", [], |r| r.get(0))
-                .map_err(|e| onus::StoreError::Query(e.to_string()))?;
+                .map_err(|e| onus::StoreError::Query(e.to_string(), None))?;
             conn.execute_batch(&format!(
                 "CREATE TABLE filler (b BLOB); PRAGMA max_page_count = {}",
                 pages + 30
             ))
-            .map_err(|e| onus::StoreError::Query(e.to_string()))
+            .map_err(|e| onus::StoreError::Query(e.to_string(), None))
         })
         .await
         .unwrap();
@@ -169,7 +169,7 @@ async fn regression_a_rolled_back_transaction_fails_its_whole_batch() {
     // A component's one-row insert into a table of its own: no statement journal.
     let full = queued(store.write(|conn| {
         conn.execute("INSERT INTO filler (b) VALUES (zeroblob(400000))", [])
-            .map_err(|e| onus::StoreError::Query(e.to_string()))
+            .map_err(|e| onus::StoreError::Query(e.to_string(), None))
     }))
     .await;
     let after = queued(client.insert(NewJob::new("k", json!({"tag": "after"})))).await;
@@ -191,7 +191,7 @@ async fn regression_a_rolled_back_transaction_fails_its_whole_batch() {
     store
         .write(|conn| {
             conn.execute_batch("PRAGMA max_page_count = 1073741823")
-                .map_err(|e| onus::StoreError::Query(e.to_string()))
+                .map_err(|e| onus::StoreError::Query(e.to_string(), None))
         })
         .await
         .unwrap();

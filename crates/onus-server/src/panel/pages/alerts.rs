@@ -10,11 +10,12 @@ use crate::panel::{Authed, Panel, Posted};
 
 /// Alerts: open first, then acknowledged; acknowledge one or all.
 pub async fn alerts(State(panel): State<Panel>, Authed(s): Authed) -> Response {
-    let list =
-        match crate::api::alerts::alert_list(&panel.app, crate::api::alerts::MAX_ALERTS).await {
-            Ok(l) => l,
-            Err(e) => return err_page(&panel, &s, e),
-        };
+    let list = match crate::views::alerts::alert_list(&panel.app, crate::views::alerts::MAX_ALERTS)
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => return err_page(&panel, &s, e),
+    };
     let body = html! {
         @if list.open > 0 {
             form method="post" action=(panel.href("/alerts/ack")) {

@@ -6,9 +6,9 @@ use maud::html;
 use serde::Deserialize;
 
 use super::{err_page, layout, plural, when};
-use crate::api::jobs;
 use crate::api::ApiError;
 use crate::panel::{Authed, Panel, Posted};
+use crate::views::jobs;
 
 /// The policy's timeline, each attempt still ahead with the time it would run if every attempt
 /// before it fails: the next at the job's `run_at` when it waits, or from `now` while one runs;

@@ -6,9 +6,9 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::{err_page, layout, when};
-use crate::api::jobs::{self, Bulk, BulkBody, ListParams};
 use crate::api::ApiError;
 use crate::panel::{Authed, Panel, Posted};
+use crate::views::jobs::{self, Bulk, BulkBody, ListParams};
 
 fn query_of(p: &ListParams) -> String {
     let pairs = [

@@ -67,11 +67,11 @@ impl Leadership {
             .await
         {
             Ok(l) => {
-                shared.trouble.clear();
+                shared.outage.clear();
                 l
             }
             Err(e) => {
-                shared.trouble.report("leader election failed", &e);
+                shared.outage.report("leader election failed", &e);
                 false
             }
         };

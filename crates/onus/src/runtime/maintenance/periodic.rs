@@ -13,7 +13,7 @@ pub(super) async fn register_periodics(shared: &Shared) -> bool {
             .upsert_periodic(&p.name, &p.job.kind, &p.schedule.describe(), next)
             .await
         {
-            shared.trouble.report("cannot register periodic jobs", &e);
+            shared.outage.report("cannot register periodic jobs", &e);
             return false;
         }
     }
@@ -27,7 +27,7 @@ pub(super) async fn enqueue_due_periods(shared: &Shared) {
     let rows = match shared.store.list_periodic().await {
         Ok(r) => r,
         Err(e) => {
-            shared.trouble.report("cannot read periodic schedules", &e);
+            shared.outage.report("cannot read periodic schedules", &e);
             return;
         }
     };
@@ -56,7 +56,7 @@ pub(super) async fn enqueue_due_periods(shared: &Shared) {
             // Every missed period skipped: the schedule goes on from its next one.
             let next = p.schedule.next_after(now);
             if let Err(e) = shared.store.skip_periods(&p.name, next).await {
-                shared.trouble.report("cannot enqueue periodic jobs", &e);
+                shared.outage.report("cannot enqueue periodic jobs", &e);
             }
         }
         for period in periods {
@@ -132,7 +132,7 @@ async fn enqueue_period(shared: &Shared, p: &crate::runtime::Periodic, period: c
             shared.hub.wake(&queue);
         }
         Ok(None) => {}
-        Err(e) => shared.trouble.report("cannot enqueue periodic jobs", &e),
+        Err(e) => shared.outage.report("cannot enqueue periodic jobs", &e),
     }
 }
 

@@ -58,7 +58,7 @@ pub(crate) async fn rescuer(
                 }
             }
             Err(e) => shared
-                .trouble
+                .outage
                 .report("the rescuer cannot read expired leases", &e),
         }
         tokio::select! {

@@ -10,7 +10,7 @@ const HISTORY_KEPT: Duration = Duration::from_secs(2 * 86_400);
 pub(super) async fn fold_counts(shared: &Shared) {
     let keep_since = crate::clock::sub(shared.clock.now(), HISTORY_KEPT);
     if let Err(e) = shared.store.fold_counts(keep_since).await {
-        shared.trouble.report("cannot fold job counts", &e);
+        shared.outage.report("cannot fold job counts", &e);
     }
 }
 
@@ -30,7 +30,7 @@ pub(super) async fn prune(shared: &Shared) {
                 return;
             }
             Err(e) => {
-                shared.trouble.report("retention failed", &e);
+                shared.outage.report("retention failed", &e);
                 return;
             }
         }

@@ -211,14 +211,14 @@ impl std::fmt::Debug for Renewals {
 }
 
 pub use crate::sql::postgres::describe;
-pub(crate) use crate::sql::postgres::error as q;
+pub(crate) use crate::sql::postgres::error as pg_error;
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => {
-            StoreError::Unavailable(format!("cannot reach PostgreSQL: {}", describe(&e)))
+            StoreError::Unavailable(format!("cannot reach PostgreSQL: {}", describe(&e)), None)
         }
-        e => StoreError::Unavailable(format!("cannot reach PostgreSQL: {e}")),
+        e => StoreError::Unavailable(format!("cannot reach PostgreSQL: {e}"), None),
     }
 }
 
@@ -377,9 +377,9 @@ impl PostgresStore {
         f: impl for<'a, 'c> AsyncFnOnce(&'a PgTx<'c>) -> StoreResult<R>,
     ) -> StoreResult<R> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(q)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
         let r = f(&PgTx::pooled(&tx)).await?;
-        tx.commit().await.map_err(q)?;
+        tx.commit().await.map_err(pg_error)?;
         Ok(r)
     }
 
@@ -414,7 +414,10 @@ impl PostgresStore {
                 .await
                 .map_err(|e| {
                     self.renewals.busy.store(false, SeqCst);
-                    StoreError::Unavailable(format!("cannot reach PostgreSQL: {}", describe(&e)))
+                    StoreError::Unavailable(
+                        format!("cannot reach PostgreSQL: {}", describe(&e)),
+                        None,
+                    )
                 })?;
             let driver = tokio::spawn(async move {
                 let _ = connection.await;
@@ -423,13 +426,16 @@ impl PostgresStore {
             if let Err(e) = client.batch_execute(NO_SEQSCAN_SESSION).await {
                 driver.abort();
                 self.renewals.busy.store(false, SeqCst);
-                return Err(q(e));
+                return Err(pg_error(e));
             }
             *conn = Some((client, driver));
         }
         let r = match conn.as_ref() {
             Some((client, _)) => f(client).await,
-            None => Err(StoreError::Unavailable("no renewal connection".into())),
+            None => Err(StoreError::Unavailable(
+                "no renewal connection".into(),
+                None,
+            )),
         };
         self.renewals.busy.store(false, SeqCst);
         r
@@ -455,7 +461,7 @@ impl PostgresStore {
         capped.sort();
         capped.dedup_by(|a, b| a.0 == b.0);
         let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
+        let tx = c.transaction().await.map_err(pg_error)?;
         let names: Vec<&str> = capped.iter().map(|(k, _)| k.as_str()).collect();
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('onus.cap:' || k, 0))
@@ -463,14 +469,14 @@ impl PostgresStore {
             &[&names],
         )
         .await
-        .map_err(q)?;
+        .map_err(pg_error)?;
         let running: std::collections::HashMap<String, i64> = tx
             .query(
                 "SELECT kind, count(*) FROM onus_jobs WHERE state = 'running' AND kind = ANY($1) GROUP BY kind",
                 &[&names],
             )
             .await
-            .map_err(q)?
+            .map_err(pg_error)?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
@@ -481,7 +487,7 @@ impl PostgresStore {
                 (k.as_str(), (i64::from(*cap) - n).max(0))
             })
             .collect();
-        let stmt = tx.prepare_cached(&CLAIM_CAPPED).await.map_err(q)?;
+        let stmt = tx.prepare_cached(&CLAIM_CAPPED).await.map_err(pg_error)?;
         let mut out: Vec<Job> = Vec::new();
         loop {
             let want = req.limit.saturating_sub(out.len());
@@ -510,7 +516,7 @@ impl PostgresStore {
                     ],
                 )
                 .await
-                .map_err(q)?;
+                .map_err(pg_error)?;
             let got = jobs_from(&rows)?;
             let mut filled = false;
             for j in &got {
@@ -525,7 +531,7 @@ impl PostgresStore {
                 break;
             }
         }
-        tx.commit().await.map_err(q)?;
+        tx.commit().await.map_err(pg_error)?;
         out.sort_by_key(|j| (j.priority, j.run_at, j.id));
         Ok(out)
     }
@@ -552,8 +558,8 @@ async fn claim_rows(
             &CLAIM_AFTER
         }
     };
-    let stmt = c.prepare_cached(sql).await.map_err(q)?;
-    c.query(&stmt, &p).await.map_err(q)
+    let stmt = c.prepare_cached(sql).await.map_err(pg_error)?;
+    c.query(&stmt, &p).await.map_err(pg_error)
 }
 
 /// Inserts one job through `client`, which may be the caller's own open transaction
@@ -565,7 +571,7 @@ pub(crate) async fn insert_tx<C: GenericClient + Sync>(
     let out = insert_rows(&Plain(client), &[row], None).await?;
     out.into_iter()
         .next()
-        .ok_or_else(|| StoreError::Query("nothing was inserted".into()))
+        .ok_or_else(|| StoreError::Query("nothing was inserted".into(), None))
 }
 
 /// Inserts one job in a transaction of the pool, its statement prepared once per connection.
@@ -576,7 +582,7 @@ pub(crate) async fn insert_pooled(
     let out = insert_rows(tx, &[row], None).await?;
     out.into_iter()
         .next()
-        .ok_or_else(|| StoreError::Query("nothing was inserted".into()))
+        .ok_or_else(|| StoreError::Query("nothing was inserted".into(), None))
 }
 
 /// A connection that prepares statements: the pool's own keep each prepared per connection (an
@@ -683,8 +689,11 @@ async fn insert_rows(
         let stmt = c
             .statement("SELECT pg_notify('onus_jobs', q) FROM unnest($1::text[]) AS q")
             .await
-            .map_err(q)?;
-        c.client().execute(&stmt, &[&queues]).await.map_err(q)?;
+            .map_err(pg_error)?;
+        c.client()
+            .execute(&stmt, &[&queues])
+            .await
+            .map_err(pg_error)?;
     }
     Ok(out)
 }
@@ -741,7 +750,7 @@ async fn insert_bulk(
         Some(c) => (Some(c.now), Some(c.owner.as_str()), Some(c.lease_until)),
         None => (None, None, None),
     };
-    let stmt = c.statement(&sql).await.map_err(q)?;
+    let stmt = c.statement(&sql).await.map_err(pg_error)?;
     let got = c
         .client()
         .query(
@@ -765,7 +774,7 @@ async fn insert_bulk(
             ],
         )
         .await
-        .map_err(q)?;
+        .map_err(pg_error)?;
     let mut jobs = jobs_from(&got)?;
     jobs.sort_by_key(|j| j.id); // ids follow the insertion order
     Ok(jobs
@@ -787,7 +796,7 @@ async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted
         );
     let max = r.max_attempts as i32;
     let tags = serde_json::json!(r.tags);
-    let stmt = c.statement(&sql).await.map_err(q)?;
+    let stmt = c.statement(&sql).await.map_err(pg_error)?;
     let row = c
         .client()
         .query_opt(
@@ -808,7 +817,7 @@ async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted
             ],
         )
         .await
-        .map_err(q)?;
+        .map_err(pg_error)?;
     if let Some(row) = row {
         return Ok(Inserted {
             job: job_from(&row)?,
@@ -825,10 +834,11 @@ async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted
             &[&r.kind, &r.unique_key],
         )
         .await
-        .map_err(q)?
+        .map_err(pg_error)?
         .ok_or_else(|| {
             StoreError::Query(
                 "the job holding the unique key finished meanwhile; insert again".into(),
+                None,
             )
         })?;
     Ok(Inserted {
@@ -850,7 +860,7 @@ impl Store for PostgresStore {
     async fn transaction(&self, op: crate::sql::TxFn) -> StoreResult<()> {
         let mut client = self.client().await?;
         off_task(async move |stop| {
-            let tx = client.transaction().await.map_err(q)?;
+            let tx = client.transaction().await.map_err(pg_error)?;
             {
                 let any = crate::sql::AnyTx::Postgres(crate::sql::PgTx::pooled(&tx));
                 tokio::select! {
@@ -860,7 +870,7 @@ impl Store for PostgresStore {
                     () = stop.cancelled() => return Err(StoreError::Aborted),
                 }
             }
-            tx.commit().await.map_err(q)
+            tx.commit().await.map_err(pg_error)
         })
         .await
     }
@@ -892,9 +902,9 @@ impl Store for PostgresStore {
             return insert_alone(&self.client().await?, &rows, None).await;
         }
         let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
+        let tx = c.transaction().await.map_err(pg_error)?;
         let out = insert_rows(&tx, &rows, None).await?;
-        tx.commit().await.map_err(q)?;
+        tx.commit().await.map_err(pg_error)?;
         Ok(out)
     }
 
@@ -907,9 +917,9 @@ impl Store for PostgresStore {
             return insert_alone(&self.client().await?, &rows, Some(&claim)).await;
         }
         let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
+        let tx = c.transaction().await.map_err(pg_error)?;
         let out = insert_rows(&tx, &rows, Some(&claim)).await?;
-        tx.commit().await.map_err(q)?;
+        tx.commit().await.map_err(pg_error)?;
         Ok(out)
     }
 
@@ -945,8 +955,8 @@ impl Store for PostgresStore {
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
         let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(q)?;
-        tx.batch_execute(NO_SEQSCAN).await.map_err(q)?;
+        let tx = c.transaction().await.map_err(pg_error)?;
+        tx.batch_execute(NO_SEQSCAN).await.map_err(pg_error)?;
         // Lease-key locks in one order (sorted), before any is needed: two finishers whose
         // batches release the same keys in different orders can never deadlock.
         let mut keys: Vec<&str> = batch
@@ -962,7 +972,7 @@ impl Store for PostgresStore {
                 &[&keys],
             )
             .await
-            .map_err(q)?;
+            .map_err(pg_error)?;
         }
         let mut applied = vec![false; batch.len()];
         // The common case, completions (releasing the job's lease key or not), in one statement
@@ -1036,11 +1046,11 @@ impl Store for PostgresStore {
                      SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
                 )
                 .await
-                .map_err(q)?;
+                .map_err(pg_error)?;
             let done: std::collections::HashSet<JobId> = tx
                 .query(&stmt, &[&now, &ids, &attempts, &owner, &releases])
                 .await
-                .map_err(q)?
+                .map_err(pg_error)?
                 .iter()
                 .filter_map(|r| r.get::<_, Option<JobId>>(0))
                 .collect();
@@ -1048,7 +1058,7 @@ impl Store for PostgresStore {
                 applied[i] = done.contains(&id);
             }
         }
-        tx.commit().await.map_err(q)?;
+        tx.commit().await.map_err(pg_error)?;
         Ok(applied)
     }
 
@@ -1092,7 +1102,7 @@ impl Store for PostgresStore {
                     &[&owner, &lease_until, &ids],
                 )
                 .await
-                .map_err(q)
+                .map_err(pg_error)
             })
             .await?;
         let mut renewed = Vec::with_capacity(rows.len());
@@ -1123,7 +1133,7 @@ impl Store for PostgresStore {
         let row = c
             .query_one("SELECT clock_timestamp()", &[])
             .await
-            .map_err(q)?;
+            .map_err(pg_error)?;
         Ok(DatabaseTime {
             at: row.get(0),
             round_trip: started.elapsed(),
@@ -1150,7 +1160,7 @@ async fn off_task(
     let handle = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || handle.block_on(f(stop)))
         .await
-        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}")))?
+        .map_err(|e| StoreError::Query(format!("a database operation panicked: {e}"), None))?
 }
 
 /// Holds a LISTEN connection and forwards notices until the receiver is dropped; reconnects

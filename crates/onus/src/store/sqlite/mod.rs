@@ -153,9 +153,9 @@ impl BatchError {
 
     fn to_error(&self) -> StoreError {
         if self.transient {
-            StoreError::Unavailable(self.message.clone())
+            StoreError::Unavailable(self.message.clone(), None)
         } else {
-            StoreError::Query(self.message.clone())
+            StoreError::Query(self.message.clone(), None)
         }
     }
 }
@@ -299,7 +299,7 @@ impl SqliteStore {
                     (Some(Err(e)), _) => Err(e), // its own error says the most
                     (Some(Ok(v)), None) => Ok(v),
                     (_, Some(b)) => Err(b.to_error()),
-                    (None, None) => Err(StoreError::Query("the write was not run".into())),
+                    (None, None) => Err(StoreError::Query("the write was not run".into(), None)),
                 };
                 let _ = tx.send(r);
             });
@@ -337,7 +337,7 @@ impl SqliteStore {
             r
         })
         .await
-        .map_err(|e| StoreError::Query(e.to_string()))?
+        .map_err(|e| StoreError::Query(e.to_string(), None))?
     }
 }
 
@@ -354,19 +354,23 @@ fn in_savepoint<R>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> StoreResult<R>,
 ) -> StoreResult<R> {
-    conn.execute_batch("SAVEPOINT onus_op").map_err(q)?;
+    conn.execute_batch("SAVEPOINT onus_op").map_err(job_error)?;
     let r =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(|p| {
-            Err(StoreError::Query(format!(
-                "a write panicked: {}",
-                crate::outcome::panic_message(p.as_ref())
-            )))
+            Err(StoreError::Query(
+                format!(
+                    "a write panicked: {}",
+                    crate::outcome::panic_message(p.as_ref())
+                ),
+                None,
+            ))
         });
     if conn.is_autocommit() {
         // SQLite rolled the whole transaction back (it does on SQLITE_FULL, IOERR, NOMEM): no
         // savepoint is left to release; the writer fails the batch with this error.
         return r.and(Err(StoreError::Query(
             "the write transaction was rolled back by SQLite".into(),
+            None,
         )));
     }
     if r.is_err() {
@@ -374,7 +378,7 @@ fn in_savepoint<R>(
         let _ = conn.execute_batch("RELEASE onus_op");
         return r;
     }
-    conn.execute_batch("RELEASE onus_op").map_err(q)?;
+    conn.execute_batch("RELEASE onus_op").map_err(job_error)?;
     r
 }
 
@@ -543,11 +547,11 @@ impl FileId {
     }
 }
 
-fn q(e: rusqlite::Error) -> StoreError {
+fn job_error(e: rusqlite::Error) -> StoreError {
     crate::sql::sqlite::error_in(e, JOB_COLS)
 }
 
-pub(crate) use crate::sql::sqlite::{micros as us, micros_opt as ts};
+use crate::sql::sqlite::{micros, micros_opt};
 
 const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
     attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
@@ -573,8 +577,8 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         max_attempts: r.get(7)?,
         run_at: from_micros(r.get(8)?),
         created_at: from_micros(r.get(9)?),
-        attempted_at: ts(r.get(10)?),
-        finalized_at: ts(r.get(11)?),
+        attempted_at: micros_opt(r.get(10)?),
+        finalized_at: micros_opt(r.get(11)?),
         errors: serde_json::from_str(&errors).map_err(|e| bad(12, e.to_string()))?,
         snoozes: r.get(13)?,
         discard_reason: reason
@@ -584,7 +588,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
         unique_key: r.get(15)?,
         lease_key: r.get(16)?,
         lease_owner: r.get(17)?,
-        lease_expires_at: ts(r.get(18)?),
+        lease_expires_at: micros_opt(r.get(18)?),
         cancel_requested: r.get(19)?,
         tags: serde_json::from_str(&tags).map_err(|e| bad(20, e.to_string()))?,
         // Claims do not return a job's progress or result.
@@ -611,7 +615,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
 pub(crate) fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Inserted> {
     let mut out = insert_rows(conn, vec![row])?;
     out.pop()
-        .ok_or_else(|| StoreError::Query("an insert of one row returned none".into()))
+        .ok_or_else(|| StoreError::Query("an insert of one row returned none".into(), None))
 }
 
 /// Adds the jobs `inserted` to the counters, one statement per (queue, kind, state); in the
@@ -628,17 +632,20 @@ fn count_inserted(conn: &Connection, inserted: &[Inserted]) -> StoreResult<()> {
             "INSERT INTO onus_job_counts (queue, kind, state, n) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (queue, kind, state) DO UPDATE SET n = n + excluded.n",
         )
-        .map_err(q)?;
+        .map_err(job_error)?;
     for ((queue, kind, state), n) in groups {
-        stmt.execute(params![queue, kind, state, n]).map_err(q)?;
+        stmt.execute(params![queue, kind, state, n])
+            .map_err(job_error)?;
     }
     Ok(())
 }
 
 /// One row with a unique key; counted by [`insert_rows`], its only caller.
 fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
-    let args = serde_json::to_string(&row.args).map_err(|e| StoreError::Query(e.to_string()))?;
-    let tags = serde_json::to_string(&row.tags).map_err(|e| StoreError::Query(e.to_string()))?;
+    let args =
+        serde_json::to_string(&row.args).map_err(|e| StoreError::Query(e.to_string(), None))?;
+    let tags =
+        serde_json::to_string(&row.tags).map_err(|e| StoreError::Query(e.to_string(), None))?;
     let mut stmt = conn
         .prepare_cached(&format!(
             "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags, rate_key)
@@ -647,7 +654,7 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
              DO NOTHING
              RETURNING {JOB_COLS}"
         ))
-        .map_err(q)?;
+        .map_err(job_error)?;
     let new = stmt
         .query_row(
             params![
@@ -657,8 +664,8 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
                 row.priority,
                 row.state.as_str(),
                 row.max_attempts,
-                us(row.run_at),
-                us(row.created_at),
+                micros(row.run_at),
+                micros(row.created_at),
                 row.unique_key,
                 row.lease_key,
                 tags,
@@ -667,7 +674,7 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
             job_from_row,
         )
         .optional()
-        .map_err(q)?;
+        .map_err(job_error)?;
     if let Some(job) = new {
         return Ok(Inserted {
             job,
@@ -679,9 +686,9 @@ fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
             "SELECT {JOB_COLS} FROM onus_jobs WHERE kind = ?1 AND unique_key = ?2
              AND state NOT IN ('completed', 'discarded', 'cancelled')"
         ))
-        .map_err(q)?
+        .map_err(job_error)?
         .query_row(params![row.kind, row.unique_key], job_from_row)
-        .map_err(q)?;
+        .map_err(job_error)?;
     Ok(Inserted {
         job: existing,
         inserted: false,
@@ -722,9 +729,10 @@ fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) 
         let size = BULK_SIZES.into_iter().find(|s| *s <= left).unwrap_or(1);
         let chunk: Vec<InsertRow> = rows.by_ref().take(size).collect();
         left -= size;
-        let mut stmt = conn.prepare_cached(&bulk_sql(size)).map_err(q)?;
-        let text =
-            |v: Result<String, serde_json::Error>| v.map_err(|e| StoreError::Query(e.to_string()));
+        let mut stmt = conn.prepare_cached(&bulk_sql(size)).map_err(job_error)?;
+        let text = |v: Result<String, serde_json::Error>| {
+            v.map_err(|e| StoreError::Query(e.to_string(), None))
+        };
         let owned = chunk
             .iter()
             .map(|r| {
@@ -732,8 +740,8 @@ fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) 
                     text(serde_json::to_string(&r.args))?,
                     text(serde_json::to_string(&r.tags))?,
                     r.state.as_str(),
-                    us(r.run_at),
-                    us(r.created_at),
+                    micros(r.run_at),
+                    micros(r.created_at),
                 ))
             })
             .collect::<StoreResult<Vec<(String, String, &str, i64, i64)>>>()?;
@@ -753,12 +761,12 @@ fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) 
                 &r.rate_key,
             ]);
         }
-        let n = stmt.execute(values.as_slice()).map_err(q)?;
+        let n = stmt.execute(values.as_slice()).map_err(job_error)?;
         if n != chunk.len() {
-            return Err(StoreError::Query(format!(
-                "an insert of {} rows wrote {n}",
-                chunk.len()
-            )));
+            return Err(StoreError::Query(
+                format!("an insert of {} rows wrote {n}", chunk.len()),
+                None,
+            ));
         }
         // One writer, and an AUTOINCREMENT key that nothing else writes during the statement:
         // the rows took consecutive ids in the order of the VALUES list, ending at the last.
@@ -783,7 +791,7 @@ fn bulk_sql(rows: usize) -> String {
 /// The job a row without a unique key became, as the database holds it (times to the
 /// microsecond, every other column at its default).
 fn fresh_job(id: JobId, r: InsertRow) -> Job {
-    let at = |t: Timestamp| from_micros(us(t));
+    let at = |t: Timestamp| from_micros(micros(t));
     Job {
         id,
         kind: r.kind,
@@ -870,18 +878,18 @@ impl Store for SqliteStore {
         self.write(move |conn| {
             let take = taken(&rows, 0..rows.len(), Some(&claim));
             let mut out = insert_rows(conn, rows)?;
-            let (now, until) = (us(claim.now), us(claim.lease_until));
+            let (now, until) = (micros(claim.now), micros(claim.lease_until));
             let mut paused = conn
                 .prepare_cached(
                     "SELECT EXISTS (SELECT 1 FROM onus_queues WHERE name = ?1 AND paused_at IS NOT NULL)",
                 )
-                .map_err(q)?;
+                .map_err(job_error)?;
             let mut run = conn
                 .prepare_cached(
                     "UPDATE onus_jobs SET state = 'running', attempt = 1, attempted_at = ?2,
                      lease_owner = ?3, lease_expires_at = ?4 WHERE id = ?1 AND state = 'available'",
                 )
-                .map_err(q)?;
+                .map_err(job_error)?;
             // Whether each queue of the batch is paused, read once per queue.
             let mut queues: std::collections::HashMap<String, bool> = Default::default();
             for (i, took) in out.iter_mut().zip(take) {
@@ -893,7 +901,7 @@ impl Store for SqliteStore {
                     None => {
                         let p = paused
                             .query_row([&i.job.queue], |r| r.get::<_, bool>(0))
-                            .map_err(q)?;
+                            .map_err(job_error)?;
                         queues.insert(i.job.queue.clone(), p);
                         p
                     }
@@ -903,15 +911,15 @@ impl Store for SqliteStore {
                 }
                 if run
                     .execute(params![i.job.id, now, claim.owner, until])
-                    .map_err(q)?
+                    .map_err(job_error)?
                     == 1
                 {
                     let j = &mut i.job;
                     j.state = JobState::Running;
                     j.attempt = 1;
-                    j.attempted_at = ts(Some(now));
+                    j.attempted_at = micros_opt(Some(now));
                     j.lease_owner = Some(claim.owner.clone());
-                    j.lease_expires_at = ts(Some(until));
+                    j.lease_expires_at = micros_opt(Some(until));
                 }
             }
             Ok(out)
@@ -922,7 +930,7 @@ impl Store for SqliteStore {
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
         self.write(move |conn| {
             let kinds_json = |kinds: &[&String]| {
-                serde_json::to_string(kinds).map_err(|e| StoreError::Query(e.to_string()))
+                serde_json::to_string(kinds).map_err(|e| StoreError::Query(e.to_string(), None))
             };
             // The plain claim, or with `rooms` the capped one.
             let claim = |conn: &Connection, kinds: &str, limit: usize, rooms: Option<&str>| {
@@ -931,11 +939,11 @@ impl Store for SqliteStore {
                 } else {
                     CLAIM_SQL
                 };
-                let mut stmt = conn.prepare_cached(sql).map_err(q)?;
+                let mut stmt = conn.prepare_cached(sql).map_err(job_error)?;
                 let base = params![
-                    us(req.now),
+                    micros(req.now),
                     req.owner,
-                    us(req.lease_until),
+                    micros(req.lease_until),
                     req.queue,
                     kinds,
                     limit as i64
@@ -946,9 +954,9 @@ impl Store for SqliteStore {
                 }
                 let jobs = stmt
                     .query_map(p.as_slice(), job_from_row)
-                    .map_err(q)?
+                    .map_err(job_error)?
                     .collect::<rusqlite::Result<Vec<Job>>>()
-                    .map_err(q);
+                    .map_err(job_error);
                 jobs
             };
             let capped: Vec<&(String, u32)> = req
@@ -972,9 +980,9 @@ impl Store for SqliteStore {
                     .prepare_cached(
                         "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = ?1",
                     )
-                    .map_err(q)?
+                    .map_err(job_error)?
                     .query_row([kind], |r| r.get(0))
-                    .map_err(q)?;
+                    .map_err(job_error)?;
                 rooms.insert(kind.as_str(), (i64::from(*cap) - running).max(0));
             }
             let mut jobs: Vec<Job> = Vec::new();
@@ -993,8 +1001,8 @@ impl Store for SqliteStore {
                     .filter(|(_, r)| **r > 0)
                     .map(|(k, r)| (*k, *r))
                     .collect();
-                let rooms_json =
-                    serde_json::to_string(&open).map_err(|e| StoreError::Query(e.to_string()))?;
+                let rooms_json = serde_json::to_string(&open)
+                    .map_err(|e| StoreError::Query(e.to_string(), None))?;
                 let got = claim(conn, &kinds_json(&kinds)?, want, Some(&rooms_json))?;
                 let mut filled = false;
                 for j in &got {
@@ -1034,7 +1042,7 @@ impl Store for SqliteStore {
         let owner = owner.to_string();
         let held = held.to_vec();
         let ids = serde_json::to_string(&held.iter().map(|h| h.id).collect::<Vec<_>>())
-            .map_err(|e| StoreError::Query(e.to_string()))?;
+            .map_err(|e| StoreError::Query(e.to_string(), None))?;
         self.write(move |conn| {
             // Only the jobs this process holds: a row it lost track of keeps its old lease, which
             // runs out, and the rescuer takes it.
@@ -1044,20 +1052,20 @@ impl Store for SqliteStore {
                      WHERE state = 'running' AND lease_owner = ?1 AND id IN (SELECT value FROM json_each(?3))
                      RETURNING id, attempt, cancel_requested",
                 )
-                .map_err(q)?
-                .query_map(params![owner, us(lease_until), ids], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(q)?
+                .map_err(job_error)?
+                .query_map(params![owner, micros(lease_until), ids], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(job_error)?
                 .collect::<rusqlite::Result<Vec<(JobId, u32, bool)>>>()
-                .map_err(q)?;
+                .map_err(job_error)?;
             let renewal = Renewal::of(&held, &rows);
             // The lease-key slots these jobs hold last as long as the jobs' own leases.
-            let renewed = serde_json::to_string(&renewal.renewed).map_err(|e| StoreError::Query(e.to_string()))?;
+            let renewed = serde_json::to_string(&renewal.renewed).map_err(|e| StoreError::Query(e.to_string(), None))?;
             conn.prepare_cached(
                 "UPDATE onus_leases SET busy_until = ?1 WHERE busy_until < ?1 AND job_id IN (SELECT value FROM json_each(?2))",
             )
-            .map_err(q)?
-            .execute(params![us(lease_until), renewed])
-            .map_err(q)?;
+            .map_err(job_error)?
+            .execute(params![micros(lease_until), renewed])
+            .map_err(job_error)?;
             Ok(renewal)
         })
         .await

@@ -11,7 +11,8 @@ use super::pages::{err_page, layout};
 use super::{Authed, Panel, Posted};
 use crate::api::ApiError;
 
-fn ts(t: Option<onus::Timestamp>) -> String {
+/// A time as shown in a table, or `-` when there is none.
+fn time_or_dash(t: Option<onus::Timestamp>) -> String {
     t.map(super::pages::when).unwrap_or_else(|| "-".into())
 }
 
@@ -20,9 +21,9 @@ fn health(e: &onus_webhooks::Endpoint) -> Markup {
         @if !e.enabled {
             span class="state discarded" { "disabled" }
             @if let Some(r) = &e.disabled_reason { ": " (r) }
-            @if let Some(t) = e.disabled_at { " (" (ts(Some(t))) ")" }
+            @if let Some(t) = e.disabled_at { " (" (time_or_dash(Some(t))) ")" }
         } @else if let Some(t) = e.failing_since {
-            span class="state retryable" { "failing since " (ts(Some(t))) }
+            span class="state retryable" { "failing since " (time_or_dash(Some(t))) }
         } @else {
             span class="state completed" { "healthy" }
         }
@@ -179,7 +180,7 @@ pub async fn endpoint(
             dt { "Event types" } dd { @if e.event_types.is_empty() { "every type" } @else { (e.event_types.join(", ")) } }
             dt { "Body" } dd { @if e.payload == onus_webhooks::PayloadFormat::Envelope { "envelope: {\"type\", \"timestamp\", \"data\"}" } @else { "raw: the event's payload alone" } }
             dt { "Health" } dd { (health(&e)) }
-            dt { "Last failure" } dd { (ts(e.last_failure_at)) }
+            dt { "Last failure" } dd { (time_or_dash(e.last_failure_at)) }
         }
         div class="actions" {
             @if e.enabled { (action("disable", "Disable".into())) (action("test", "Send a test event".into())) }
@@ -207,7 +208,7 @@ pub async fn endpoint(
             table {
                 thead { tr { th { "When" } th { "Event" } th { "Status" } th { "Duration" } th { "Outcome" } th { "Error or answer" } } }
                 tbody { @for a in &attempts { tr {
-                    td { (ts(Some(a.attempted_at))) }
+                    td { (time_or_dash(Some(a.attempted_at))) }
                     td { a href=(panel.href(&format!("/events/{}", a.event_id))) { (a.event_id) } }
                     td { (a.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into())) }
                     td { (format!("{:.1} ms", a.duration_ms)) }
@@ -296,7 +297,7 @@ pub async fn endpoint_edit(
 pub async fn events(
     State(panel): State<Panel>,
     Authed(s): Authed,
-    Query(mut p): Query<crate::api::hooks::EventParams>,
+    Query(mut p): Query<crate::views::events::EventParams>,
 ) -> Response {
     for v in [
         &mut p.tenant,
@@ -308,7 +309,7 @@ pub async fn events(
             *v = None;
         }
     }
-    let page = match crate::api::hooks::event_page(&panel.app, &p).await {
+    let page = match crate::views::events::event_page(&panel.app, &p).await {
         Ok(l) => l,
         Err(e) => return err_page(&panel, &s, e),
     };
@@ -328,7 +329,7 @@ pub async fn events(
             tbody { @for e in &page.events { tr {
                 td { a href=(panel.href(&format!("/events/{}", e.id))) { (e.id) } }
                 td { (e.event_type) } td { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
-                td { (ts(Some(e.created_at))) }
+                td { (time_or_dash(Some(e.created_at))) }
             } } }
         }
         @if page.events.is_empty() { p { "No event." } }
@@ -360,7 +361,7 @@ pub async fn event(
         dl class="facts" {
             dt { "Type" } dd { (e.event_type) }
             dt { "Tenant" } dd { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
-            dt { "Published" } dd { (ts(Some(e.created_at))) }
+            dt { "Published" } dd { (time_or_dash(Some(e.created_at))) }
         }
         h2 { "Payload" }
         pre class="args" { (serde_json::to_string_pretty(&e.payload).unwrap_or_default()) }
@@ -377,7 +378,7 @@ pub async fn event(
                 table {
                     thead { tr { th { "When" } th { "Attempt" } th { "Status" } th { "Duration" } th { "Outcome" } th { "Error or answer" } } }
                     tbody { @for a in &d.attempts { tr {
-                        td { (ts(Some(a.attempted_at))) } td { (a.attempt) }
+                        td { (time_or_dash(Some(a.attempted_at))) } td { (a.attempt) }
                         td { (a.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into())) }
                         td { (format!("{:.1} ms", a.duration_ms)) } td { (a.outcome.as_str()) }
                         td { (a.error.clone().unwrap_or_else(|| a.response_excerpt.chars().take(80).collect())) }

@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::body::OptionalBody;
 use super::jobs::instant;
 use super::{ApiError, App, Body};
+pub use crate::views::events::{event_page, EventPage, EventParams};
 
 /// The most records one page of events or attempts holds.
 pub const MAX_PAGE: usize = 1000;
@@ -318,32 +319,6 @@ pub async fn publish(
     Ok((status, Json(event)))
 }
 
-/// The filter of `GET /events`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct EventParams {
-    /// Only this tenant's events.
-    pub tenant: Option<String>,
-    /// Only events of this type.
-    #[serde(rename = "type")]
-    #[param(rename = "type")]
-    pub event_type: Option<String>,
-    /// Events per page, at most 1,000 (default 50).
-    pub limit: Option<String>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
-/// A page of events.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct EventPage {
-    /// Newest first.
-    pub events: Vec<Event>,
-    /// Pass as `cursor` for the next page; null on the last one.
-    pub next_cursor: Option<String>,
-}
-
 /// Events, newest first, of one tenant and one type when given.
 #[utoipa::path(get, path = "/events", tag = "webhooks", params(EventParams),
     responses((status = 200, body = EventPage), (status = 422, body = super::error::ErrorBody)))]
@@ -353,34 +328,6 @@ pub async fn events(
 ) -> Result<Json<EventPage>, ApiError> {
     let Query(p) = params.map_err(|e| ApiError::invalid(e.body_text()))?;
     Ok(Json(event_page(&app, &p).await?))
-}
-
-/// One page of events: what `GET /events` and the panel show.
-pub async fn event_page(app: &App, p: &EventParams) -> Result<EventPage, ApiError> {
-    let limit = super::page_size(&p.limit, 50, MAX_PAGE)?;
-    let cursor = match &p.cursor {
-        None => None,
-        Some(c) => Some(app.webhooks.event(c).await.map_err(|e| match e {
-            // Only an event that is not there makes a bad cursor; a database that
-            // cannot answer stays a 503.
-            onus_webhooks::Error::NotFound(_) => super::bad_cursor(c),
-            e => e.into(),
-        })?),
-    };
-    let rows = app
-        .webhooks
-        .events(
-            p.tenant.as_deref(),
-            p.event_type.as_deref(),
-            limit + 1,
-            cursor.as_ref(),
-        )
-        .await?;
-    let (events, next_cursor) = super::paged(rows, limit, |e| e.id.to_string());
-    Ok(EventPage {
-        events,
-        next_cursor,
-    })
 }
 
 /// One event.
