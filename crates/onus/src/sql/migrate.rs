@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::Backend;
+use super::{Backend, Sql, Tx};
 use crate::clock::Timestamp;
 use crate::sql::error::{StoreError, StoreResult};
 
@@ -156,3 +156,186 @@ pub(crate) const LEGACY_JOBS_LINE: &str = "jobs";
 /// `PRAGMA user_version` and PostgreSQL's `onus_schema` for the jobs line, and the table
 /// `onus_webhooks_schema` for webhooks. They are left in place (read, never written again).
 pub(crate) const LEGACY_WEBHOOKS_TABLE: &str = "onus_webhooks_schema";
+
+/// The newest version of each line and when it was applied.
+pub(crate) type Recorded = std::collections::HashMap<String, (u32, Option<Timestamp>)>;
+
+static MIGRATIONS_TABLE: Sql = Sql::per_backend(
+    "onus_migrations",
+    "CREATE TABLE IF NOT EXISTS onus_migrations (
+        line       TEXT    NOT NULL,
+        version    INTEGER NOT NULL,
+        name       TEXT    NOT NULL,
+        applied_at INTEGER NOT NULL,
+        PRIMARY KEY (line, version)
+    )",
+    "CREATE TABLE IF NOT EXISTS onus_migrations (
+        line       text        NOT NULL,
+        version    integer     NOT NULL,
+        name       text        NOT NULL,
+        applied_at timestamptz NOT NULL,
+        PRIMARY KEY (line, version)
+    )",
+);
+
+static TABLE_EXISTS: Sql = Sql::per_backend(
+    "the schema",
+    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = $1) AS e",
+    "SELECT to_regclass($1) IS NOT NULL AS e",
+);
+
+static RECORDED: Sql = Sql::new(
+    "onus_migrations",
+    "SELECT line, max(version) AS version, max(applied_at) AS applied_at
+     FROM onus_migrations GROUP BY line",
+);
+
+static RECORD: Sql = Sql::new(
+    "onus_migrations",
+    "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES ($1, $2, $3, $4)",
+);
+
+/// Where an earlier Onus kept the job tables' version: the table that shows it was there, and
+/// the statement that reads it.
+static LEGACY_JOBS: (&str, &str, Sql) = (
+    "onus_jobs",
+    "onus_schema",
+    Sql::per_backend(
+        "the schema",
+        "SELECT user_version AS v FROM pragma_user_version",
+        "SELECT max(version) AS v FROM onus_schema",
+    ),
+);
+
+async fn table_exists<T: Tx + ?Sized>(tx: &T, name: &str) -> StoreResult<bool> {
+    let rows = tx.query(&TABLE_EXISTS, &[name.into()]).await?;
+    rows.first().map_or(Ok(false), |r| r.get("e"))
+}
+
+fn version(v: i64) -> StoreResult<u32> {
+    u32::try_from(v).map_err(|_| StoreError::Open(format!("{v} is not a migration version")))
+}
+
+/// The newest version of each line, read without writing: from `onus_migrations`, and for a line
+/// it does not record yet, from where the schema kept it before (SQLite's `PRAGMA user_version`
+/// beside the job tables, PostgreSQL's `onus_schema`; the table `onus_webhooks_schema`), with no
+/// time applied.
+pub(crate) async fn recorded<T: Tx + ?Sized>(tx: &T) -> StoreResult<Recorded> {
+    let mut out = Recorded::new();
+    if table_exists(tx, "onus_migrations").await? {
+        for r in tx.query(&RECORDED, &[]).await? {
+            let v = version(r.get("version")?)?;
+            out.insert(r.get("line")?, (v, r.get("applied_at")?));
+        }
+    }
+    let (jobs_table, pg_table, read) = &LEGACY_JOBS;
+    let kept_at = match tx.backend() {
+        Backend::Sqlite => jobs_table,
+        Backend::Postgres => pg_table,
+    };
+    let legacy = [
+        (LEGACY_JOBS_LINE, *kept_at, read.clone()),
+        (
+            "webhooks",
+            LEGACY_WEBHOOKS_TABLE,
+            Sql::built(
+                "the schema",
+                tx.backend(),
+                format!("SELECT max(version) AS v FROM {LEGACY_WEBHOOKS_TABLE}"),
+            ),
+        ),
+    ];
+    for (line, table, read) in legacy {
+        if !out.contains_key(line) && table_exists(tx, table).await? {
+            let rows = tx.query(&read, &[]).await?;
+            let v: Option<i64> = match rows.first() {
+                Some(r) => r.get("v")?,
+                None => None,
+            };
+            out.insert(line.into(), (version(v.unwrap_or(0))?, None));
+        }
+    }
+    Ok(out)
+}
+
+async fn record<T: Tx + ?Sized>(tx: &T, line: &str, m: &Migration) -> StoreResult<()> {
+    let now = crate::clock::trunc(chrono::Utc::now());
+    let p = [line.into(), m.version.into(), m.name.into(), now.into()];
+    tx.execute(&RECORD, &p).await.map(drop)
+}
+
+/// Applies the pending migrations of `lines`: on SQLite inside the caller's write transaction
+/// (which holds the write lock), on PostgreSQL each in a transaction of its own with its record
+/// (the caller holds the migration lock). Versions kept before `onus_migrations` existed are
+/// recorded there first; the job tables' version is also kept where an earlier Onus looks for it
+/// (and refuses a newer schema).
+pub(crate) async fn apply<T: Tx + ?Sized>(
+    tx: &T,
+    lines: &[&'static Line],
+) -> StoreResult<Vec<Applied>> {
+    let backend = tx.backend();
+    let own_transactions = backend == Backend::Postgres;
+    let had = recorded(tx).await?;
+    tx.execute(&MIGRATIONS_TABLE, &[]).await?;
+    let mut out = Vec::new();
+    for &line in lines {
+        let (version, at) = had.get(line.name).copied().unwrap_or((0, None));
+        if at.is_none() {
+            // Adopted from the earlier record.
+            for m in line.migrations(backend).iter().take(version as usize) {
+                record(tx, line.name, m).await?;
+            }
+        }
+        for m in line.pending(backend, version)? {
+            let run = async {
+                if own_transactions {
+                    tx.batch("BEGIN").await?;
+                }
+                tx.batch(m.sql).await?;
+                record(tx, line.name, m).await?;
+                if own_transactions {
+                    tx.batch("COMMIT").await?;
+                }
+                Ok::<(), StoreError>(())
+            };
+            if let Err(e) = run.await {
+                if own_transactions {
+                    let _ = tx.batch("ROLLBACK").await;
+                }
+                return Err(failed(line, m, e));
+            }
+            out.push(Applied {
+                line: line.name.to_string(),
+                version: m.version,
+                name: m.name.to_string(),
+            });
+        }
+        if line.name == LEGACY_JOBS_LINE {
+            let latest = line.latest(backend);
+            tx.batch(&match backend {
+                Backend::Sqlite => format!("PRAGMA user_version = {latest}"),
+                Backend::Postgres => format!(
+                    "CREATE TABLE IF NOT EXISTS onus_schema (version integer NOT NULL);
+                     DELETE FROM onus_schema; INSERT INTO onus_schema (version) VALUES ({latest})"
+                ),
+            })
+            .await?;
+        }
+    }
+    Ok(out)
+}
+
+/// Where each line stands, read without writing anything.
+pub(crate) async fn status<T: Tx + ?Sized>(
+    tx: &T,
+    lines: &[&'static Line],
+) -> StoreResult<Vec<LineStatus>> {
+    let have = recorded(tx).await?;
+    Ok(lines
+        .iter()
+        .map(|line| {
+            let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
+            LineStatus::of(line, tx.backend(), v, at)
+        })
+        .collect())
+}

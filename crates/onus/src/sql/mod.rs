@@ -172,6 +172,9 @@ pub trait Tx {
     /// Runs `sql` with `params` and returns how many rows it changed.
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64>;
 
+    /// Runs `sql`, several statements without parameters (a migration file, `BEGIN`).
+    async fn batch(&self, sql: &str) -> StoreResult<()>;
+
     /// The connection underneath, for the job store's statements that differ by engine (bulk
     /// insert, batch finish): not for components, which write [`Sql`] through `query` and
     /// `execute`.
@@ -232,6 +235,10 @@ impl Tx for SqliteTx<'_> {
 
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64> {
         sqlite::execute(self.conn, sql, params)
+    }
+
+    async fn batch(&self, sql: &str) -> StoreResult<()> {
+        self.conn.execute_batch(sql).map_err(sqlite::error)
     }
 
     fn engine(&self) -> Engine<'_> {
@@ -328,6 +335,15 @@ impl Tx for PgTx<'_> {
         }
     }
 
+    async fn batch(&self, sql: &str) -> StoreResult<()> {
+        match self.conn {
+            PgConn::Tx(t) => t.batch_execute(sql).await,
+            PgConn::PooledTx(t) => t.batch_execute(sql).await,
+            PgConn::PooledClient(c) => c.batch_execute(sql).await,
+        }
+        .map_err(postgres::error)
+    }
+
     fn engine(&self) -> Engine<'_> {
         match self.conn {
             PgConn::Tx(t) => Engine::PostgresTx(t),
@@ -365,6 +381,13 @@ impl Tx for AnyTx<'_> {
         match self {
             AnyTx::Sqlite(t) => t.execute(sql, params).await,
             AnyTx::Postgres(t) => t.execute(sql, params).await,
+        }
+    }
+
+    async fn batch(&self, sql: &str) -> StoreResult<()> {
+        match self {
+            AnyTx::Sqlite(t) => t.batch(sql).await,
+            AnyTx::Postgres(t) => t.batch(sql).await,
         }
     }
 

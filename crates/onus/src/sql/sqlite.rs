@@ -1,23 +1,14 @@
 //! The database layer on SQLite: component statements and the migration runner, on a
 //! connection the caller holds in a write transaction (the store's writer, or the caller's own).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 use crate::clock::{from_micros, Timestamp};
 use crate::sql::error::driver;
 use crate::sql::error::{StoreError, StoreResult};
 use crate::sql::migrate::{Applied, Line, LineStatus};
-
-const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onus_migrations (
-    line       TEXT    NOT NULL,
-    version    INTEGER NOT NULL,
-    name       TEXT    NOT NULL,
-    applied_at INTEGER NOT NULL,
-    PRIMARY KEY (line, version)
-)";
 
 /// Errors that may clear up by themselves: another process holds the lock, the disk is full or
 /// failing for now.
@@ -96,101 +87,13 @@ pub(crate) fn micros_opt(v: Option<i64>) -> Option<Timestamp> {
     v.map(from_micros)
 }
 
-type Recorded = HashMap<String, (u32, Option<i64>)>;
-
-fn table_exists(conn: &Connection, name: &str) -> StoreResult<bool> {
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-        [name],
-        |r| r.get(0),
-    )
-    .map_err(error)
-}
-
-/// The newest version of each line, read without writing: from `onus_migrations`, and for a line
-/// it does not record yet, from where the schema kept it before (`PRAGMA user_version` beside the
-/// job tables; the table `onus_webhooks_schema`), with no time applied.
-fn recorded(conn: &Connection) -> StoreResult<Recorded> {
-    let mut out = Recorded::new();
-    if table_exists(conn, "onus_migrations")? {
-        let mut stmt = conn
-            .prepare(
-                "SELECT line, MAX(version), MAX(applied_at) FROM onus_migrations GROUP BY line",
-            )
-            .map_err(error)?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))
-            .map_err(error)?;
-        out = rows.collect::<rusqlite::Result<_>>().map_err(error)?;
-    }
-    if !out.contains_key(crate::sql::migrate::LEGACY_JOBS_LINE) && table_exists(conn, "onus_jobs")?
-    {
-        let v: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(error)?;
-        let v = u32::try_from(v).map_err(|_| {
-            StoreError::Open(format!(
-                "the database's user_version {v} is not an Onus schema version"
-            ))
-        })?;
-        out.insert(crate::sql::migrate::LEGACY_JOBS_LINE.into(), (v, None));
-    }
-    let legacy = crate::sql::migrate::LEGACY_WEBHOOKS_TABLE;
-    if !out.contains_key("webhooks") && table_exists(conn, legacy)? {
-        let v: Option<u32> = conn
-            .query_row(&format!("SELECT MAX(version) FROM {legacy}"), [], |r| {
-                r.get(0)
-            })
-            .map_err(error)?;
-        out.insert("webhooks".into(), (v.unwrap_or(0), None));
-    }
-    Ok(out)
-}
-
-fn record(conn: &Connection, line: &str, version: u32, name: &str) -> StoreResult<()> {
-    conn.execute(
-        "INSERT INTO onus_migrations (line, version, name, applied_at) VALUES (?1, ?2, ?3, ?4)",
-        params![line, version, name, micros(chrono::Utc::now())],
-    )
-    .map_err(error)?;
-    Ok(())
-}
-
 /// Applies the pending migrations of `lines` inside the caller's write transaction (which holds
-/// SQLite's write lock, so no other process migrates at the same time). Versions kept before
-/// `onus_migrations` existed are recorded there first; the job tables' version is also kept in
-/// `PRAGMA user_version`, where an earlier Onus looks for it (and refuses a newer schema).
+/// SQLite's write lock, so no other process migrates at the same time).
 pub(crate) fn apply_lines(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
-    let had = recorded(conn)?;
-    conn.execute_batch(MIGRATIONS_TABLE).map_err(error)?;
-    let mut out = Vec::new();
-    for &line in lines {
-        let (version, at) = had.get(line.name).copied().unwrap_or((0, None));
-        if at.is_none() {
-            // Adopted from the earlier record.
-            for m in line.sqlite.iter().take(version as usize) {
-                record(conn, line.name, m.version, m.name)?;
-            }
-        }
-        for m in line.pending(crate::sql::Backend::Sqlite, version)? {
-            conn.execute_batch(m.sql)
-                .map_err(|e| crate::sql::migrate::failed(line, m, error(e)))?;
-            record(conn, line.name, m.version, m.name)?;
-            out.push(Applied {
-                line: line.name.to_string(),
-                version: m.version,
-                name: m.name.to_string(),
-            });
-        }
-        if line.name == crate::sql::migrate::LEGACY_JOBS_LINE {
-            conn.execute_batch(&format!(
-                "PRAGMA user_version = {}",
-                line.latest(crate::sql::Backend::Sqlite)
-            ))
-            .map_err(error)?;
-        }
-    }
-    Ok(out)
+    crate::sql::ready(crate::sql::migrate::apply(
+        &crate::sql::SqliteTx::new(conn),
+        lines,
+    ))
 }
 
 /// Where each line stands, read without writing anything.
@@ -198,14 +101,10 @@ pub(crate) fn line_status(
     conn: &Connection,
     lines: &[&'static Line],
 ) -> StoreResult<Vec<LineStatus>> {
-    let have = recorded(conn)?;
-    Ok(lines
-        .iter()
-        .map(|line| {
-            let (v, at) = have.get(line.name).copied().unwrap_or((0, None));
-            LineStatus::of(line, crate::sql::Backend::Sqlite, v, micros_opt(at))
-        })
-        .collect())
+    crate::sql::ready(crate::sql::migrate::status(
+        &crate::sql::SqliteTx::new(conn),
+        lines,
+    ))
 }
 
 /// The rows of a component's statement on `conn`.

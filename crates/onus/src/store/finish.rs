@@ -50,14 +50,11 @@ static WAKE: Sql = Sql::new(
     "SELECT pg_notify('onus_jobs', queue) FROM onus_jobs WHERE id = $1",
 );
 
-static LAST_RUN: Sql = Sql::per_backend(
+static LAST_RUN: Sql = Sql::new(
     "onus_periodic",
     "UPDATE onus_periodic SET last_run_at = $1, last_state = $2,
-     last_failure_at = CASE WHEN $3 IS NULL THEN last_failure_at ELSE $1 END,
-     last_error = COALESCE($3, last_error) WHERE name = $4",
-    "UPDATE onus_periodic SET last_run_at = $1, last_state = $2,
-     last_failure_at = CASE WHEN $3::text IS NULL THEN last_failure_at ELSE $1 END,
-     last_error = COALESCE($3::text, last_error) WHERE name = $4",
+     last_failure_at = CASE WHEN CAST($3 AS TEXT) IS NULL THEN last_failure_at ELSE $1 END,
+     last_error = COALESCE(CAST($3 AS TEXT), last_error) WHERE name = $4",
 );
 
 /// Records `f` inside the caller's transaction, taking its lease key's lock first (writers of a

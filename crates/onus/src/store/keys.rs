@@ -386,12 +386,10 @@ static TAKE_SLOT: Sql = Sql::new(
      ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
 );
 
-static LAST_WAITER: Sql = Sql::per_backend(
+static LAST_WAITER: Sql = Sql::new(
     JOBS,
     "SELECT MAX(run_at) AS last FROM onus_jobs
-     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait = 1 AND id != $2",
-    "SELECT MAX(run_at) AS last FROM onus_jobs
-     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
+     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait = TRUE AND id != $2",
 );
 
 // Not waiting for the disk when a job only waits: this transaction holds the key's lock, and
