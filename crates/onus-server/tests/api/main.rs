@@ -14,6 +14,7 @@ mod openapi;
 mod panel;
 mod push;
 mod round_three;
+mod schema;
 mod secrets;
 mod webhooks;
 mod workers;

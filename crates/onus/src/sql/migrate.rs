@@ -339,3 +339,54 @@ pub(crate) async fn status<T: Tx + ?Sized>(
         })
         .collect())
 }
+
+/// Tables one backend's migrations create that the other has no counterpart of, with why.
+pub const ONE_BACKEND_ONLY: &[(&str, &str)] = &[
+    (
+        "onus_job_deltas",
+        "PostgreSQL appends counter changes so writers never wait on one counter row; \
+         SQLite's one writer updates the counters in place",
+    ),
+    (
+        "onus_schema",
+        "PostgreSQL keeps the job tables' version where an earlier Onus looks for it; \
+         SQLite keeps it in PRAGMA user_version",
+    ),
+];
+
+static COLUMNS: Sql = Sql::per_backend(
+    "the schema",
+    "SELECT m.name || '.' || p.name AS col FROM sqlite_master m, pragma_table_info(m.name) p
+     WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' ORDER BY 1",
+    "SELECT table_name || '.' || column_name AS col FROM information_schema.columns
+     WHERE table_schema = current_schema() ORDER BY 1",
+);
+
+/// Every table and column of the database's schema, as `table.column`, sorted: read back from
+/// the database, to compare what each backend's migrations made (a column a line adds on one
+/// backend only is a bug; see [`ONE_BACKEND_ONLY`] for the tables that are not).
+pub async fn columns<T: Tx + ?Sized>(tx: &T) -> StoreResult<Vec<String>> {
+    tx.query(&COLUMNS, &[])
+        .await?
+        .iter()
+        .map(|r| r.get("col"))
+        .collect()
+}
+
+/// The columns only `sqlite` has and those only `postgres` has (each as [`columns`] gives
+/// them), apart from the tables of [`ONE_BACKEND_ONLY`].
+pub fn schema_differences(sqlite: &[String], postgres: &[String]) -> (Vec<String>, Vec<String>) {
+    let compared = |col: &&String| {
+        !ONE_BACKEND_ONLY
+            .iter()
+            .any(|(table, _)| col.starts_with(&format!("{table}.")))
+    };
+    let only = |a: &[String], b: &[String]| -> Vec<String> {
+        a.iter()
+            .filter(compared)
+            .filter(|c| !b.contains(c))
+            .cloned()
+            .collect()
+    };
+    (only(sqlite, postgres), only(postgres, sqlite))
+}

@@ -30,7 +30,9 @@ pub(crate) mod sqlite;
 pub(crate) mod value;
 
 pub use error::{DriverError, Fault, StoreError, StoreResult};
-pub use migrate::{Applied, Line, LineStatus, Migration};
+pub use migrate::{
+    columns, schema_differences, Applied, Line, LineStatus, Migration, ONE_BACKEND_ONLY,
+};
 pub use value::{FromValue, Json, Value};
 
 /// Which database a transaction runs on.

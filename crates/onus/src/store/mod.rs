@@ -400,6 +400,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// The tables and columns of the database at `url` once `lines` are applied to it (see
+/// [`crate::sql::columns`]).
+pub async fn schema(url: &str, lines: &[&'static Line]) -> StoreResult<Vec<String>> {
+    let store = open_with(url, false).await?;
+    store.migrate(lines).await?;
+    Db::new(store)
+        .read(|tx| Box::pin(async move { crate::sql::columns(tx).await }))
+        .await
+}
+
 /// A database URL as it may be shown in logs and errors: a PostgreSQL URL rebuilt from its parsed
 /// parts (no password, in the authority or in `?password=`, can appear), a SQLite URL as it is
 /// (it holds no secret), and anything else with its credentials and query hidden.

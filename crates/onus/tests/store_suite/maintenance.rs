@@ -40,69 +40,22 @@ pub(crate) async fn migrations_are_recorded_per_line(backend: Backend) {
     assert!(w.store.migrate(&[]).await.unwrap().is_empty());
 }
 
-/// Tables one backend's migrations create that the other has no counterpart of, with why.
-const ONE_BACKEND_ONLY: &[(&str, &str)] = &[
-    (
-        "onus_job_deltas",
-        "PostgreSQL appends counter changes so writers never wait on one counter row; \
-         SQLite's one writer updates the counters in place",
-    ),
-    (
-        "onus_schema",
-        "PostgreSQL keeps the job tables' version where an earlier Onus looks for it; \
-         SQLite keeps it in PRAGMA user_version",
-    ),
-];
-
 /// The two backends' migration lines create the same tables with the same columns (types follow
-/// each backend's convention and are not compared).
+/// each backend's convention and are not compared), apart from [`onus::sql::ONE_BACKEND_ONLY`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_backends_create_the_same_tables_and_columns() {
     let lines = [&onus::store::JOBS];
-    let sqlite = schema(Backend::Sqlite, &lines).await;
-    let postgres = schema(Backend::Postgres, &lines).await;
-    let apart = |col: &String| {
-        !ONE_BACKEND_ONLY
-            .iter()
-            .any(|(table, _)| col.starts_with(&format!("{table}.")))
-    };
-    let only = |a: &[String], b: &[String]| -> Vec<String> {
-        a.iter()
-            .filter(|c| apart(c) && !b.contains(c))
-            .cloned()
-            .collect()
-    };
+    let (sqlite, postgres) = (
+        TestDb::new(Backend::Sqlite).await,
+        TestDb::new(Backend::Postgres).await,
+    );
+    let (only_sqlite, only_postgres) = onus::sql::schema_differences(
+        &onus::store::schema(&sqlite.url, &lines).await.unwrap(),
+        &onus::store::schema(&postgres.url, &lines).await.unwrap(),
+    );
     assert_eq!(
-        (only(&sqlite, &postgres), only(&postgres, &sqlite)),
-        (Vec::new(), Vec::new()),
+        (only_sqlite, only_postgres),
+        (Vec::<String>::new(), Vec::<String>::new()),
         "columns only SQLite's migrations create, and only PostgreSQL's"
     );
-}
-
-/// The tables and columns `lines` create on a fresh database of `backend`, as `table.column`
-/// (sorted), read back from the database itself: both backends' migration lines must agree.
-async fn schema(backend: Backend, lines: &[&'static onus::sql::Line]) -> Vec<String> {
-    use onus::sql::{Sql, Tx};
-    static COLUMNS: Sql = Sql::per_backend(
-        "the schema",
-        "SELECT m.name || '.' || p.name AS col FROM sqlite_master m, pragma_table_info(m.name) p
-         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' ORDER BY 1",
-        "SELECT table_name || '.' || column_name AS col FROM information_schema.columns
-         WHERE table_schema = current_schema() ORDER BY 1",
-    );
-    let db = TestDb::new(backend).await;
-    let store = onus::store::open_with(&db.url, false)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", db.url));
-    store
-        .migrate(lines)
-        .await
-        .unwrap_or_else(|e| panic!("cannot migrate: {e}"));
-    let rows = onus::store::Db::new(store)
-        .read(|tx| Box::pin(async move { tx.query(&COLUMNS, &[]).await }))
-        .await
-        .unwrap_or_else(|e| panic!("cannot read the schema: {e}"));
-    rows.iter()
-        .map(|r| r.get::<String>("col").unwrap_or_else(|e| panic!("{e}")))
-        .collect()
 }
