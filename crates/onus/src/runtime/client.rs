@@ -131,7 +131,7 @@ impl Client {
     }
 
     /// Resolves a new job's defaults (queue and attempts from its kind's policy, the run time from
-    /// this client's clock) into the row a store writes, for [`crate::sql::Tx::insert_job`].
+    /// this client's clock) into the row a store writes, for [`crate::store::JobTx::insert_job`].
     pub fn prepare(&self, job: NewJob) -> Result<InsertRow, Error> {
         super::prepare::prepare_with(&self.shared, job)
     }

@@ -59,6 +59,22 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when the write broke a unique index (another row holds the key), as the driver said.
+    pub fn is_unique_violation(&self) -> bool {
+        let StoreError::Constraint(_, Some(source)) = self else {
+            return false;
+        };
+        if let Some(e) = source.downcast_ref::<tokio_postgres::Error>() {
+            return e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION);
+        }
+        if let Some(rusqlite::Error::SqliteFailure(e, _)) = source.downcast_ref::<rusqlite::Error>()
+        {
+            return e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY;
+        }
+        false
+    }
+
     /// True when the same call may work later without any change (see [`StoreError::Unavailable`]).
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable(..))

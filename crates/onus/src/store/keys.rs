@@ -9,8 +9,8 @@
 use crate::clock::Timestamp;
 use crate::job::JobId;
 use crate::sql::{FromRow, Row, Sql, StoreResult, Tx};
-use std::time::Duration;
 
+use crate::limits::{LeaseAsk, SlotRow};
 use crate::store::{PauseMode, PausedKey};
 
 const PAUSES: &str = "onus_key_pauses";
@@ -265,114 +265,6 @@ pub(crate) async fn release<T: Tx + ?Sized>(
     Ok(())
 }
 
-/// A slot of a lease key as stored: the slot, the job holding it, and until when.
-pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
-
-/// A running job asking for a slot of a lease key, as the runtime asks a store.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseAsk<'a> {
-    pub key: &'a str,
-    pub slots: u32,
-    pub job: &'a crate::Job,
-    pub owner: &'a str,
-    pub now: crate::Timestamp,
-    /// Until when the slot is held (unless renewed).
-    pub until: crate::Timestamp,
-}
-
-impl LeaseAsk<'_> {
-    /// The slot the job takes: the one it already holds, or the first one free or expired;
-    /// `None` when every slot is busy.
-    pub(crate) fn free_slot(&self, held: &[SlotRow]) -> Option<u32> {
-        held.iter()
-            .find(|(_, j, _)| *j == self.job.id)
-            .map(|(s, _, _)| *s)
-            .or_else(|| {
-                (0..self.slots.max(1)).find(|s| {
-                    held.iter()
-                        .find(|(hs, _, _)| hs == s)
-                        .is_none_or(|(_, _, busy)| *busy <= self.now)
-                })
-            })
-    }
-
-    /// The hold written when the key is paused until `until`: attempt given back, nothing in the
-    /// job's history (see [`crate::outcome::Transition::Hold`]).
-    pub(crate) fn paused_hold(&self, until: crate::Timestamp) -> crate::store::Finish {
-        crate::store::Finish {
-            id: self.job.id,
-            owner: self.owner.to_string(),
-            attempt: self.job.attempt,
-            transition: crate::outcome::Transition::Hold { run_at: until },
-            now: self.now,
-            release_lease: None,
-            periodic: None,
-            expired_before: None,
-            result: None,
-        }
-    }
-
-    /// The snooze written when every slot is busy: no attempt spent, until the earliest slot
-    /// frees, or a slot's lease after the latest other waiter (`last_waiter`), so waiters whose
-    /// holder died wake one by one.
-    pub(crate) fn busy_snooze(
-        &self,
-        held: &[SlotRow],
-        last_waiter: Option<crate::Timestamp>,
-    ) -> crate::store::Finish {
-        let slots = self.slots.max(1);
-        let now = self.now;
-        let free_at = held
-            .iter()
-            .map(|(_, _, b)| *b)
-            .min()
-            .unwrap_or(now)
-            .max(now);
-        let spacing = (self.until - now).to_std().unwrap_or_default() / slots;
-        let run_at = lease_waiter_wakes_at(free_at, last_waiter, spacing);
-        crate::store::Finish {
-            id: self.job.id,
-            owner: self.owner.to_string(),
-            attempt: self.job.attempt,
-            transition: crate::outcome::Transition::Snooze {
-                run_at,
-                entry: crate::job::HistoryEntry {
-                    at: now,
-                    attempt: self.job.attempt,
-                    class: crate::job::EntryClass::Snooze,
-                    message: format!(
-                        "lease key {} busy ({} of {slots} slots held)",
-                        self.key,
-                        held.len()
-                    ),
-                },
-                pause_key: None,
-            },
-            now,
-            release_lease: None,
-            periodic: None,
-            expired_before: None,
-            result: None,
-        }
-    }
-}
-
-/// When a job that found lease key busy wakes on its own: the first waiter when the earliest slot
-/// frees (`free_at`); each later one a slot's lease (`spacing`) after the waiter before it. A
-/// release wakes the longest waiter at once, so waiters normally run one after another, woken in
-/// order; these times only matter when a release never comes (its holder died), and then they
-/// wake one by one instead of all at once as a herd that finds the key busy again.
-fn lease_waiter_wakes_at(
-    free_at: Timestamp,
-    last_waiter: Option<Timestamp>,
-    spacing: Duration,
-) -> Timestamp {
-    match last_waiter {
-        Some(last) if last >= free_at => crate::clock::add(last, spacing),
-        _ => free_at,
-    }
-}
-
 // The key's slots, and its pause as slot -1 when one is in force: one round trip.
 static SLOTS: Sql = Sql::new(
     LEASES,
@@ -386,10 +278,13 @@ static TAKE_SLOT: Sql = Sql::new(
      ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
 );
 
-static LAST_WAITER: Sql = Sql::new(
+// SQLite uses its partial index of waiters only for the predicate as the index states it.
+static LAST_WAITER: Sql = Sql::per_backend(
     JOBS,
     "SELECT MAX(run_at) AS last FROM onus_jobs
-     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait = TRUE AND id != $2",
+     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait = 1 AND id != $2",
+    "SELECT MAX(run_at) AS last FROM onus_jobs
+     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
 );
 
 // Not waiting for the disk when a job only waits: this transaction holds the key's lock, and
@@ -462,15 +357,10 @@ static TAKE_USE: Sql = Sql::new(
      RETURNING used",
 );
 
-static GIVE_BACK_USE: Sql = Sql::new(
-    "onus_rate_windows",
-    "UPDATE onus_rate_windows SET used = used - 1 WHERE key = $1 AND window_start = $2",
-);
-
 /// Takes one use of each rate window asked for, all or none (see [`crate::Store::take_rates`]):
 /// each window's row counts its use as it is taken (keys in one order, so two takers of the same
-/// keys never wait on each other in a cycle), and when any window is spent every use taken is
-/// given back in the same transaction.
+/// keys never wait on each other in a cycle), under a savepoint that is rolled back when any
+/// window is spent, so a spent answer writes nothing.
 pub(crate) async fn take_rates<T: Tx + ?Sized>(
     tx: &T,
     asks: &[crate::store::RateAsk],
@@ -481,6 +371,7 @@ pub(crate) async fn take_rates<T: Tx + ?Sized>(
     order.sort_by(|&a, &b| asks[a].key.cmp(&asks[b].key));
     let mut out = vec![RateDecision::Taken { left: 0 }; asks.len()];
     let mut all = true;
+    tx.batch("SAVEPOINT onus_rates").await?;
     for &i in &order {
         let a = &asks[i];
         let (start, end) = a.window_at(now);
@@ -507,12 +398,12 @@ pub(crate) async fn take_rates<T: Tx + ?Sized>(
         };
     }
     if !all {
-        for &i in &order {
-            let (start, _) = asks[i].window_at(now);
-            let start = crate::clock::from_micros(start);
-            let p = [asks[i].key.as_str().into(), start.into()];
-            tx.execute(&GIVE_BACK_USE, &p).await?;
+        tx.batch("ROLLBACK TO SAVEPOINT onus_rates").await?;
+        if tx.backend() == crate::sql::Backend::Postgres {
+            // Nothing of this transaction needs the disk.
+            tx.execute(&NO_DISK_WAIT, &[]).await?;
         }
     }
+    tx.batch("RELEASE SAVEPOINT onus_rates").await?;
     Ok(out)
 }

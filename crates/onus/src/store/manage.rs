@@ -289,7 +289,7 @@ pub(crate) async fn retry<T: Tx + ?Sized>(
     )
     .await
     .map_err(|e| match e {
-        StoreError::Constraint(..) => StoreError::Conflict(
+        e if e.is_unique_violation() => StoreError::Conflict(
             "another unfinished job of the same kind took the unique key meanwhile; try again"
                 .into(),
         ),

@@ -215,9 +215,10 @@ pub(crate) use crate::sql::postgres::error as pg_error;
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
-        deadpool_postgres::PoolError::Backend(e) => {
-            StoreError::Unavailable(format!("cannot reach PostgreSQL: {}", describe(&e)), None)
-        }
+        deadpool_postgres::PoolError::Backend(e) => StoreError::Unavailable(
+            format!("cannot reach PostgreSQL: {}", describe(&e)),
+            Some(crate::sql::error::driver(e)),
+        ),
         e => StoreError::Unavailable(format!("cannot reach PostgreSQL: {e}"), None),
     }
 }
@@ -416,7 +417,7 @@ impl PostgresStore {
                     self.renewals.busy.store(false, SeqCst);
                     StoreError::Unavailable(
                         format!("cannot reach PostgreSQL: {}", describe(&e)),
-                        None,
+                        Some(crate::sql::error::driver(e)),
                     )
                 })?;
             let driver = tokio::spawn(async move {
