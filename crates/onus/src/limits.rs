@@ -184,104 +184,12 @@ impl KeyTemplate {
     }
 }
 
-/// A slot of a lease key as stored: the slot, the job holding it, and until when.
-pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
-
-/// A running job asking for a slot of a lease key, as the runtime asks a store.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseAsk<'a> {
-    pub key: &'a str,
-    pub slots: u32,
-    pub job: &'a crate::Job,
-    pub owner: &'a str,
-    pub now: crate::Timestamp,
-    /// Until when the slot is held (unless renewed).
-    pub until: crate::Timestamp,
-}
-
-impl LeaseAsk<'_> {
-    /// The slot the job takes: the one it already holds, or the first one free or expired;
-    /// `None` when every slot is busy.
-    pub(crate) fn free_slot(&self, held: &[SlotRow]) -> Option<u32> {
-        held.iter()
-            .find(|(_, j, _)| *j == self.job.id)
-            .map(|(s, _, _)| *s)
-            .or_else(|| {
-                (0..self.slots.max(1)).find(|s| {
-                    held.iter()
-                        .find(|(hs, _, _)| hs == s)
-                        .is_none_or(|(_, _, busy)| *busy <= self.now)
-                })
-            })
-    }
-
-    /// The hold written when the key is paused until `until`: attempt given back, nothing in the
-    /// job's history (see [`crate::outcome::Transition::Hold`]).
-    pub(crate) fn paused_hold(&self, until: crate::Timestamp) -> crate::store::Finish {
-        crate::store::Finish {
-            id: self.job.id,
-            owner: self.owner.to_string(),
-            attempt: self.job.attempt,
-            transition: crate::outcome::Transition::Hold { run_at: until },
-            now: self.now,
-            release_lease: None,
-            periodic: None,
-            expired_before: None,
-            result: None,
-        }
-    }
-
-    /// The snooze written when every slot is busy: no attempt spent, until the earliest slot
-    /// frees, or a slot's lease after the latest other waiter (`last_waiter`), so waiters whose
-    /// holder died wake one by one.
-    pub(crate) fn busy_snooze(
-        &self,
-        held: &[SlotRow],
-        last_waiter: Option<crate::Timestamp>,
-    ) -> crate::store::Finish {
-        let slots = self.slots.max(1);
-        let now = self.now;
-        let free_at = held
-            .iter()
-            .map(|(_, _, b)| *b)
-            .min()
-            .unwrap_or(now)
-            .max(now);
-        let spacing = (self.until - now).to_std().unwrap_or_default() / slots;
-        let run_at = lease_waiter_wakes_at(free_at, last_waiter, spacing);
-        crate::store::Finish {
-            id: self.job.id,
-            owner: self.owner.to_string(),
-            attempt: self.job.attempt,
-            transition: crate::outcome::Transition::Snooze {
-                run_at,
-                entry: crate::job::HistoryEntry {
-                    at: now,
-                    attempt: self.job.attempt,
-                    class: crate::job::EntryClass::Snooze,
-                    message: format!(
-                        "lease key {} busy ({} of {slots} slots held)",
-                        self.key,
-                        held.len()
-                    ),
-                },
-                pause_key: None,
-            },
-            now,
-            release_lease: None,
-            periodic: None,
-            expired_before: None,
-            result: None,
-        }
-    }
-}
-
 /// When a job that found lease key busy wakes on its own: the first waiter when the earliest slot
 /// frees (`free_at`); each later one a slot's lease (`spacing`) after the waiter before it. A
 /// release wakes the longest waiter at once, so waiters normally run one after another, woken in
 /// order; these times only matter when a release never comes (its holder died), and then they
 /// wake one by one instead of all at once as a herd that finds the key busy again.
-fn lease_waiter_wakes_at(
+pub(crate) fn lease_waiter_wakes_at(
     free_at: crate::Timestamp,
     last_waiter: Option<crate::Timestamp>,
     spacing: Duration,

@@ -183,7 +183,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         let (key, job, owner) = (key.to_string(), job.clone(), owner.to_string());
         flow!(self, write, |tx| keys::acquire(
             tx,
-            crate::limits::LeaseAsk {
+            keys::LeaseAsk {
                 key: &key,
                 slots,
                 job: &job,
