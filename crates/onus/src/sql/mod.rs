@@ -90,6 +90,15 @@ impl Sql {
         }
     }
 
+    /// A statement of one backend's engine built once at run time (a claim assembled from its
+    /// parts), kept prepared like one written in the source.
+    pub fn for_backend(table: &'static str, backend: Backend, text: String) -> Self {
+        Sql {
+            cached: true,
+            ..Sql::built(table, backend, text)
+        }
+    }
+
     /// Its text for `backend`.
     pub fn text(&self, backend: Backend) -> &str {
         match backend {
@@ -136,11 +145,28 @@ impl Row {
     /// The value of `column` as `T`; an error names the table and column when the column is
     /// missing, NULL where `T` allows none, or of another type.
     pub fn get<T: FromValue>(&self, column: &str) -> StoreResult<T> {
-        let at = self.columns.iter().position(|c| c == column);
-        let Some(v) = at.and_then(|i| self.values.get(i)) else {
-            return Err(self.decode(column, "the column is missing from the result".into()));
-        };
+        let v = &self.values[self.at(column)?];
         T::from_value(v, self.backend).map_err(|problem| self.decode(column, problem))
+    }
+
+    /// As [`Row::get`], moving the value out (it reads as NULL afterwards): no copy of a text or
+    /// JSON value.
+    pub fn take<T: FromValue>(&mut self, column: &str) -> StoreResult<T> {
+        let at = self.at(column)?;
+        let v = std::mem::replace(&mut self.values[at], Value::Null);
+        T::from_owned(v, self.backend).map_err(|problem| self.decode(column, problem))
+    }
+
+    /// Whether the result has `column`.
+    pub fn has(&self, column: &str) -> bool {
+        self.at(column).is_ok()
+    }
+
+    fn at(&self, column: &str) -> StoreResult<usize> {
+        match self.columns.iter().position(|c| c == column) {
+            Some(i) if i < self.values.len() => Ok(i),
+            _ => Err(self.decode(column, "the column is missing from the result".into())),
+        }
     }
 
     fn decode(&self, column: &str, problem: String) -> StoreError {
@@ -251,46 +277,22 @@ impl Tx for SqliteTx<'_> {
 /// An open PostgreSQL transaction: the caller's own, or one of the store's pool (whose
 /// connections keep each statement prepared).
 #[derive(Debug, Clone, Copy)]
-pub struct PgTx<'c> {
-    conn: PgConn<'c>,
-}
-
-#[derive(Clone, Copy)]
-enum PgConn<'c> {
-    Tx(&'c tokio_postgres::Transaction<'c>),
-    PooledTx(&'c deadpool_postgres::Transaction<'c>),
-    PooledClient(&'c deadpool_postgres::Object),
-}
-
-impl std::fmt::Debug for PgConn<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PgConn::Tx(_) | PgConn::PooledTx(_) => "transaction",
-            PgConn::PooledClient(_) => "connection",
-        })
-    }
-}
+pub struct PgTx<'c>(PgConn<'c>);
 
 impl<'c> PgTx<'c> {
     /// Wraps the caller's open transaction (a `deadpool_postgres::Transaction` derefs to one).
     pub fn new(tx: &'c tokio_postgres::Transaction<'c>) -> Self {
-        PgTx {
-            conn: PgConn::Tx(tx),
-        }
+        PgTx(PgConn::Tx(tx))
     }
 
     /// A transaction of the store's pool: statements prepared once per connection.
     pub(crate) fn pooled(tx: &'c deadpool_postgres::Transaction<'c>) -> Self {
-        PgTx {
-            conn: PgConn::PooledTx(tx),
-        }
+        PgTx(PgConn::PooledTx(tx))
     }
 
     /// A pooled connection outside any transaction, for reads.
     pub(crate) fn pooled_client(c: &'c deadpool_postgres::Object) -> Self {
-        PgTx {
-            conn: PgConn::PooledClient(c),
-        }
+        PgTx(PgConn::PooledClient(c))
     }
 }
 
@@ -301,44 +303,23 @@ impl Tx for PgTx<'_> {
 
     async fn query(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<Row>> {
         let text = sql.text(Backend::Postgres);
-        match self.conn {
-            PgConn::Tx(t) => postgres::rows(t, text, sql, params).await,
-            PgConn::PooledTx(t) if !sql.cached() => postgres::rows(&**t, text, sql, params).await,
-            PgConn::PooledClient(c) if !sql.cached() => {
-                postgres::rows(&***c, text, sql, params).await
-            }
-            PgConn::PooledTx(t) => {
-                let st = t.prepare_cached(text).await.map_err(postgres::error)?;
-                postgres::rows(&**t, &st, sql, params).await
-            }
-            PgConn::PooledClient(c) => {
-                let st = c.prepare_cached(text).await.map_err(postgres::error)?;
-                postgres::rows(&***c, &st, sql, params).await
-            }
-        }
+        postgres::query(
+            self.0,
+            sql.table,
+            text,
+            sql.cached(),
+            &postgres::refs(params),
+        )
+        .await
     }
 
     async fn execute(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64> {
         let text = sql.text(Backend::Postgres);
-        match self.conn {
-            PgConn::Tx(t) => postgres::execute(t, text, params).await,
-            PgConn::PooledTx(t) if !sql.cached() => postgres::execute(&**t, text, params).await,
-            PgConn::PooledClient(c) if !sql.cached() => {
-                postgres::execute(&***c, text, params).await
-            }
-            PgConn::PooledTx(t) => {
-                let st = t.prepare_cached(text).await.map_err(postgres::error)?;
-                postgres::execute(&**t, &st, params).await
-            }
-            PgConn::PooledClient(c) => {
-                let st = c.prepare_cached(text).await.map_err(postgres::error)?;
-                postgres::execute(&***c, &st, params).await
-            }
-        }
+        postgres::execute(self.0, text, sql.cached(), &postgres::refs(params)).await
     }
 
     async fn batch(&self, sql: &str) -> StoreResult<()> {
-        match self.conn {
+        match self.0 {
             PgConn::Tx(t) => t.batch_execute(sql).await,
             PgConn::PooledTx(t) => t.batch_execute(sql).await,
             PgConn::PooledClient(c) => c.batch_execute(sql).await,
@@ -347,11 +328,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn engine(&self) -> Engine<'_> {
-        match self.conn {
-            PgConn::Tx(t) => Engine::PostgresTx(t),
-            PgConn::PooledTx(t) => Engine::PooledTx(t),
-            PgConn::PooledClient(c) => Engine::PooledClient(c),
-        }
+        Engine::Postgres(self.0)
     }
 }
 
@@ -403,24 +380,31 @@ impl Tx for AnyTx<'_> {
 
 /// The connection under a [`Tx`].
 #[doc(hidden)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub enum Engine<'c> {
     /// A SQLite connection inside a transaction.
     Sqlite(&'c rusqlite::Connection),
-    /// A PostgreSQL transaction.
-    PostgresTx(&'c tokio_postgres::Transaction<'c>),
+    /// A PostgreSQL connection or transaction.
+    Postgres(PgConn<'c>),
+}
+
+/// A PostgreSQL connection under a [`PgTx`].
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub enum PgConn<'c> {
+    /// The caller's own transaction.
+    Tx(&'c tokio_postgres::Transaction<'c>),
     /// A transaction of the store's pool (statements prepared once per connection).
     PooledTx(&'c deadpool_postgres::Transaction<'c>),
     /// A connection of the store's pool outside any transaction (reads).
     PooledClient(&'c deadpool_postgres::Object),
 }
 
-impl std::fmt::Debug for Engine<'_> {
+impl std::fmt::Debug for PgConn<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Engine::Sqlite(_) => "SQLite connection",
-            Engine::PostgresTx(_) | Engine::PooledTx(_) => "PostgreSQL transaction",
-            Engine::PooledClient(_) => "PostgreSQL connection",
+            PgConn::Tx(_) | PgConn::PooledTx(_) => "PostgreSQL transaction",
+            PgConn::PooledClient(_) => "PostgreSQL connection",
         })
     }
 }

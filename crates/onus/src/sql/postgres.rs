@@ -1,9 +1,9 @@
 //! The database layer on PostgreSQL: component statements and the migration runner.
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::GenericClient;
 
 use crate::sql::error::driver;
+use crate::sql::PgConn;
 
 use crate::sql::error::{StoreError, StoreResult};
 use crate::sql::migrate::{Applied, Line, LineStatus};
@@ -106,18 +106,31 @@ pub(crate) async fn line_status(
     crate::sql::migrate::status(&crate::sql::PgTx::pooled_client(client), lines).await
 }
 
-/// The rows of a statement (`statement`: its text, or the same prepared).
-pub(crate) async fn rows<S>(
-    c: &impl GenericClient,
-    statement: &S,
-    sql: &crate::sql::Sql,
-    params: &[crate::sql::Value],
-) -> StoreResult<Vec<crate::sql::Row>>
-where
-    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
-{
-    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-    let rows = c.query(statement, &refs).await.map_err(error)?;
+/// Runs a PostgreSQL statement on `e` and returns its rows, decoded as `table`'s: prepared once
+/// per connection of the store's pool when `cached` (the caller's own transaction prepares it for
+/// this use). Parameters are [`crate::sql::Value`]s or, for the job store's array statements, any
+/// `ToSql`.
+pub(crate) async fn query(
+    e: PgConn<'_>,
+    table: &'static str,
+    text: &str,
+    cached: bool,
+    params: &[&(dyn ToSql + Sync)],
+) -> StoreResult<Vec<crate::sql::Row>> {
+    let rows = match e {
+        PgConn::PooledTx(t) if cached => {
+            let st = t.prepare_cached(text).await.map_err(error)?;
+            t.query(&st, params).await
+        }
+        PgConn::PooledClient(c) if cached => {
+            let st = c.prepare_cached(text).await.map_err(error)?;
+            c.query(&st, params).await
+        }
+        PgConn::Tx(t) => t.query(text, params).await,
+        PgConn::PooledTx(t) => t.query(text, params).await,
+        PgConn::PooledClient(c) => c.query(text, params).await,
+    }
+    .map_err(error)?;
     let Some(first) = rows.first() else {
         return Ok(Vec::new());
     };
@@ -131,31 +144,42 @@ where
             let values = (0..columns.len())
                 .map(|i| {
                     crate::sql::value::from_postgres(r, i).map_err(|problem| StoreError::Decode {
-                        table: sql.table,
+                        table,
                         column: columns[i].clone(),
                         problem,
                     })
                 })
                 .collect::<StoreResult<Vec<_>>>()?;
-            Ok(crate::sql::Row::new(
-                crate::sql::Backend::Postgres,
-                sql.table,
-                columns.clone(),
-                values,
-            ))
+            let b = crate::sql::Backend::Postgres;
+            Ok(crate::sql::Row::new(b, table, columns.clone(), values))
         })
         .collect()
 }
 
-/// Runs a statement (its text, or the same prepared); returns the rows it changed.
-pub(crate) async fn execute<S>(
-    c: &impl GenericClient,
-    statement: &S,
-    params: &[crate::sql::Value],
-) -> StoreResult<u64>
-where
-    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
-{
-    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-    c.execute(statement, &refs).await.map_err(error)
+/// Runs a PostgreSQL statement on `e` (prepared as [`query`] does); returns the rows it changed.
+pub(crate) async fn execute(
+    e: PgConn<'_>,
+    text: &str,
+    cached: bool,
+    params: &[&(dyn ToSql + Sync)],
+) -> StoreResult<u64> {
+    match e {
+        PgConn::PooledTx(t) if cached => {
+            let st = t.prepare_cached(text).await.map_err(error)?;
+            t.execute(&st, params).await
+        }
+        PgConn::PooledClient(c) if cached => {
+            let st = c.prepare_cached(text).await.map_err(error)?;
+            c.execute(&st, params).await
+        }
+        PgConn::Tx(t) => t.execute(text, params).await,
+        PgConn::PooledTx(t) => t.execute(text, params).await,
+        PgConn::PooledClient(c) => c.execute(text, params).await,
+    }
+    .map_err(error)
+}
+
+/// [`crate::sql::Value`]s as PostgreSQL parameters.
+pub(crate) fn refs(params: &[crate::sql::Value]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use crate::clock::{from_micros, Timestamp};
+use crate::clock::Timestamp;
 use crate::sql::error::driver;
 use crate::sql::error::{StoreError, StoreResult};
 use crate::sql::migrate::{Applied, Line, LineStatus};
@@ -41,21 +41,15 @@ pub(crate) fn with_hint(e: &rusqlite::Error) -> String {
 
 /// A SQLite error as a [`StoreError`].
 pub(crate) fn error(e: rusqlite::Error) -> StoreError {
-    error_in(e, "")
-}
-
-/// A SQLite error as a [`StoreError`], for a statement whose result has `columns` (a
-/// comma-separated list naming, by position, the column a value of the wrong type was in).
-pub(crate) fn error_in(e: rusqlite::Error, columns: &str) -> StoreError {
     if transient(&e) {
         StoreError::Unavailable(with_hint(&e), Some(driver(e)))
     } else if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
         StoreError::Constraint(e.to_string(), Some(driver(e)))
-    } else if let Some(column) = decode_column(&e, columns) {
+    } else if let rusqlite::Error::InvalidColumnType(_, column, _) = &e {
         // A stored value that does not read as its type.
         StoreError::Decode {
             table: "the job tables",
-            column,
+            column: column.clone(),
             problem: e.to_string(),
         }
     } else {
@@ -63,28 +57,9 @@ pub(crate) fn error_in(e: rusqlite::Error, columns: &str) -> StoreError {
     }
 }
 
-/// The column a read failed on, when the failure is a value of the wrong type.
-fn decode_column(e: &rusqlite::Error, columns: &str) -> Option<String> {
-    match e {
-        rusqlite::Error::InvalidColumnType(_, name, _) => Some(name.clone()),
-        rusqlite::Error::FromSqlConversionFailure(i, _, _) => Some(
-            columns
-                .split(", ")
-                .nth(*i)
-                .map_or_else(|| format!("#{i}"), str::to_string),
-        ),
-        _ => None,
-    }
-}
-
 /// A time as SQLite keeps it: Unix microseconds.
 pub(crate) fn micros(t: Timestamp) -> i64 {
     t.timestamp_micros()
-}
-
-/// A time SQLite kept, if any.
-pub(crate) fn micros_opt(v: Option<i64>) -> Option<Timestamp> {
-    v.map(from_micros)
 }
 
 /// Applies the pending migrations of `lines` inside the caller's write transaction (which holds
@@ -197,8 +172,10 @@ fn statement<'c>(
     // `$n` parameters are bound by position: they must first appear in order, one value each.
     let n = st.parameter_count();
     for i in 1..=n {
-        let expected = format!("${i}");
-        if st.parameter_name(i) != Some(expected.as_str()) {
+        let number = st
+            .parameter_name(i)
+            .and_then(|p| p.strip_prefix('$')?.parse().ok());
+        if number != Some(i) {
             return Err(StoreError::Query(format!(
                 "parameter {i} of a statement on {} is not ${i} (number parameters in order of first use): {text}",
                 sql.table

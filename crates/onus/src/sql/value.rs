@@ -84,7 +84,7 @@ macro_rules! from {
     )*};
 }
 
-from!(bool => Bool, i64 => Int, i32 => Int, u32 => Int, u16 => Int, f64 => Float,
+from!(bool => Bool, i64 => Int, i32 => Int, i16 => Int, u32 => Int, u16 => Int, f64 => Float,
       String => Text, &str => Text, Timestamp => Time, serde_json::Value => Json);
 
 impl From<&String> for Value {
@@ -238,6 +238,11 @@ pub(crate) fn from_postgres(row: &tokio_postgres::Row, i: usize) -> Result<Value
 pub trait FromValue: Sized {
     /// Decodes `v`, read from `backend`.
     fn from_value(v: &Value, backend: Backend) -> Result<Self, String>;
+
+    /// Decodes `v`, moving what it holds instead of copying it where the type allows.
+    fn from_owned(v: Value, backend: Backend) -> Result<Self, String> {
+        Self::from_value(&v, backend)
+    }
 }
 
 fn expected<T>(what: &str, v: &Value) -> Result<T, String> {
@@ -260,6 +265,13 @@ impl<T: FromValue> FromValue for Option<T> {
             v => T::from_value(v, backend).map(Some),
         }
     }
+
+    fn from_owned(v: Value, backend: Backend) -> Result<Self, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_owned(v, backend).map(Some),
+        }
+    }
 }
 
 impl FromValue for String {
@@ -267,6 +279,13 @@ impl FromValue for String {
         match v {
             Value::Text(s) => Ok(s.clone()),
             v => expected("text", v),
+        }
+    }
+
+    fn from_owned(v: Value, backend: Backend) -> Result<Self, String> {
+        match v {
+            Value::Text(s) => Ok(s),
+            v => Self::from_value(&v, backend),
         }
     }
 }
@@ -340,6 +359,13 @@ impl FromValue for serde_json::Value {
             v => expected("JSON", v),
         }
     }
+
+    fn from_owned(v: Value, backend: Backend) -> Result<Self, String> {
+        match v {
+            Value::Json(j) => Ok(j),
+            v => Self::from_value(&v, backend),
+        }
+    }
 }
 
 /// A JSON column decoded into `T`.
@@ -348,7 +374,19 @@ pub struct Json<T>(pub T);
 
 impl<T: DeserializeOwned> FromValue for Json<T> {
     fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
-        let j = serde_json::Value::from_value(v, backend)?;
+        Self::from_owned(v.clone(), backend)
+    }
+
+    fn from_owned(v: Value, backend: Backend) -> Result<Self, String> {
+        let j = match v {
+            // Text read straight into `T`, without a JSON tree between.
+            Value::Text(s) if backend == Backend::Sqlite => {
+                return serde_json::from_str(&s)
+                    .map(Json)
+                    .map_err(|e| format!("JSON of the wrong shape: {e}"))
+            }
+            v => serde_json::Value::from_owned(v, backend)?,
+        };
         serde_json::from_value(j)
             .map(Json)
             .map_err(|e| format!("JSON of the wrong shape: {e}"))

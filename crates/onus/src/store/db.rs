@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::sql::{AnyTx, Engine, FromRow, Line, LocalFuture, Sql, Tx, TxFn, Value};
+use crate::sql::{AnyTx, Engine, FromRow, Line, LocalFuture, PgConn, Sql, Tx, TxFn, Value};
 use crate::store::{Finish, InsertRow, Inserted, Store, StoreError, StoreResult};
 
 /// The job store's operations inside an open transaction: on [`Db::tx`]'s, or on the caller's
@@ -14,19 +14,16 @@ pub trait JobTx: Tx {
     /// Inserts a job (prepared with [`crate::Client::prepare`]) in this transaction: it commits
     /// with the transaction or not at all.
     async fn insert_job(&self, row: InsertRow) -> StoreResult<Inserted> {
-        match self.engine() {
-            Engine::Sqlite(conn) => crate::store::sqlite::insert_tx(conn, row),
-            Engine::PostgresTx(t) => crate::store::postgres::insert_tx(t, row).await,
-            Engine::PooledTx(t) => crate::store::postgres::insert_pooled(t, row).await,
-            Engine::PooledClient(c) => crate::store::postgres::insert_tx(&***c, row).await,
-        }
+        let mut out = crate::store::insert::insert(self, vec![row], None).await?;
+        out.pop()
+            .ok_or_else(|| StoreError::Query("an insert of one row returned none".into(), None))
     }
 
     /// Records a finished attempt in this transaction, guarded like [`Store::finish`] (the job
     /// must still be running this attempt for its owner): false when it was not. Handlers use it
     /// through [`crate::JobContext::complete_with`].
     async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
-        if let Engine::PooledClient(_) = self.engine() {
+        if let Engine::Postgres(PgConn::PooledClient(_)) = self.engine() {
             return Err(StoreError::Query(
                 "a finished attempt is recorded inside a transaction, not on a bare connection"
                     .into(),

@@ -7,58 +7,67 @@ use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState, Progress};
 use crate::sql::{Backend, FromRow, Json, Row, Sql, Tx, Value};
 use crate::store::{CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult};
 
-/// Every column of a job, in the order claims return them.
-macro_rules! job_cols {
-    () => {
-        "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
-         attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, \
-         lease_owner, lease_expires_at, cancel_requested, tags, progress, result"
-    };
-}
-
 /// Every column of a job.
 pub(crate) const JOB_COLS: &str = job_cols!();
 
+/// A job row decoded, its values moved out of the row. Claims return no progress or result.
+pub(crate) fn job(mut r: Row) -> StoreResult<Job> {
+    let parsed = |column: &str, problem: String| StoreError::Decode {
+        table: "onus_jobs",
+        column: column.to_string(),
+        problem,
+    };
+    let state: String = r.take("state")?;
+    let reason: Option<String> = r.take("discard_reason")?;
+    let errors: Json<Vec<HistoryEntry>> = r.take("errors")?;
+    let tags: Json<Vec<String>> = r.take("tags")?;
+    let progress: Option<Json<Progress>> = if r.has("progress") {
+        r.take("progress")?
+    } else {
+        None
+    };
+    Ok(Job {
+        id: r.take("id")?,
+        kind: r.take("kind")?,
+        queue: r.take("queue")?,
+        args: r.take("args")?,
+        priority: r.take("priority")?,
+        state: state.parse().map_err(|e| parsed("state", e))?,
+        attempt: r.take("attempt")?,
+        max_attempts: r.take("max_attempts")?,
+        run_at: r.take("run_at")?,
+        created_at: r.take("created_at")?,
+        attempted_at: r.take("attempted_at")?,
+        finalized_at: r.take("finalized_at")?,
+        errors: errors.0,
+        snoozes: r.take("snoozes")?,
+        discard_reason: reason
+            .map(|s| s.parse::<DiscardReason>())
+            .transpose()
+            .map_err(|e| parsed("discard_reason", e))?,
+        unique_key: r.take("unique_key")?,
+        lease_key: r.take("lease_key")?,
+        lease_owner: r.take("lease_owner")?,
+        lease_expires_at: r.take("lease_expires_at")?,
+        cancel_requested: r.take("cancel_requested")?,
+        tags: tags.0,
+        progress: progress.map(|p| p.0),
+        result: if r.has("result") {
+            r.take("result")?
+        } else {
+            None
+        },
+    })
+}
+
+/// The jobs of a statement's rows.
+pub(crate) fn jobs(rows: Vec<Row>) -> StoreResult<Vec<Job>> {
+    rows.into_iter().map(job).collect()
+}
+
 impl FromRow for Job {
     fn from_row(r: &Row) -> StoreResult<Self> {
-        let parsed = |column: &str, problem: String| StoreError::Decode {
-            table: "onus_jobs",
-            column: column.to_string(),
-            problem,
-        };
-        let state: String = r.get("state")?;
-        let reason: Option<String> = r.get("discard_reason")?;
-        let errors: Json<Vec<HistoryEntry>> = r.get("errors")?;
-        let tags: Json<Vec<String>> = r.get("tags")?;
-        let progress: Option<Json<Progress>> = r.get("progress")?;
-        Ok(Job {
-            id: r.get("id")?,
-            kind: r.get("kind")?,
-            queue: r.get("queue")?,
-            args: r.get("args")?,
-            priority: r.get("priority")?,
-            state: state.parse().map_err(|e| parsed("state", e))?,
-            attempt: r.get("attempt")?,
-            max_attempts: r.get("max_attempts")?,
-            run_at: r.get("run_at")?,
-            created_at: r.get("created_at")?,
-            attempted_at: r.get("attempted_at")?,
-            finalized_at: r.get("finalized_at")?,
-            errors: errors.0,
-            snoozes: r.get("snoozes")?,
-            discard_reason: reason
-                .map(|s| s.parse::<DiscardReason>())
-                .transpose()
-                .map_err(|e| parsed("discard_reason", e))?,
-            unique_key: r.get("unique_key")?,
-            lease_key: r.get("lease_key")?,
-            lease_owner: r.get("lease_owner")?,
-            lease_expires_at: r.get("lease_expires_at")?,
-            cancel_requested: r.get("cancel_requested")?,
-            tags: tags.0,
-            progress: progress.map(|p| p.0),
-            result: r.get("result")?,
-        })
+        job(r.clone())
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::clock::Timestamp;
-use crate::job::{Job, JobId, JobState};
+use crate::job::{Job, JobId};
 use crate::sql::migrate::Applied;
 use crate::sql::{Line, LineStatus};
 
@@ -29,10 +29,21 @@ macro_rules! flow {
     };
 }
 
+/// Every column of a job, in the order claims return them.
+macro_rules! job_cols {
+    () => {
+        "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
+         attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, \
+         lease_owner, lease_expires_at, cancel_requested, tags, progress, result"
+    };
+}
+
 pub(crate) mod attempts;
+pub(crate) mod claim;
 pub(crate) mod counts;
 pub(crate) mod db;
 pub(crate) mod finish;
+pub(crate) mod insert;
 pub(crate) mod keys;
 pub(crate) mod maintenance;
 pub(crate) mod manage;
@@ -79,18 +90,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>>;
 
     /// Inserts jobs in one transaction, in order.
-    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>>;
+    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
+        flow!(self, write, |tx| insert::insert(tx, rows, None))
+    }
 
     /// Inserts jobs as [`Store::insert`] does, claiming some in the same transaction as `claim`
-    /// says; the answer shows which (`running`, leased to the claim's owner). A store that cannot
-    /// claims none.
+    /// says; the answer shows which (`running`, leased to the claim's owner).
     async fn insert_claiming(
         &self,
         rows: Vec<InsertRow>,
         claim: InsertClaim,
     ) -> StoreResult<Vec<Inserted>> {
-        let _ = claim;
-        self.insert(rows).await
+        flow!(self, write, |tx| insert::insert(tx, rows, Some(&claim)))
     }
 
     /// Claims up to `limit` due jobs: `state = running`, `attempt + 1`, leased to `owner`.

@@ -78,6 +78,7 @@ pub(crate) fn taken(
     range
         .map(|k| {
             rows[k].state == JobState::Available
+                && rows[k].unique_key.is_none()
                 && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
         })
         .collect()

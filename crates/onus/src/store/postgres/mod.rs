@@ -11,21 +11,19 @@
 //!
 //! Every instant comes from the caller's clock; SQL never calls `now()`.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, GenericClient, Row};
+use tokio_postgres::AsyncMessage;
 
 use super::*;
 use crate::clock::Timestamp;
-use crate::job::{DiscardReason, Job, JobId, JobState};
+use crate::job::{Job, JobId};
 use crate::outcome::Transition;
-use crate::sql::PgTx;
+use crate::sql::{Backend, PgConn, PgTx, Sql};
 
 pub use deadpool_postgres;
 pub use tokio_postgres;
@@ -33,22 +31,26 @@ pub use tokio_postgres;
 pub(crate) mod connect;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
+fn claim_sql(text: String) -> Sql {
+    Sql::for_backend("onus_jobs", Backend::Postgres, text)
+}
+
 /// The claim that scans the available jobs from their start.
-static CLAIM_FROM_START: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| CLAIM_SQL.replace("/*after*/", ""));
+static CLAIM_FROM_START: std::sync::LazyLock<Sql> =
+    std::sync::LazyLock::new(|| claim_sql(CLAIM_SQL.replace("/*after*/", "")));
 /// The claim that resumes after a producer's cursor ($7, $8, $9: its priority, run_at and id).
-static CLAIM_AFTER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    CLAIM_SQL.replace(
+static CLAIM_AFTER: std::sync::LazyLock<Sql> = std::sync::LazyLock::new(|| {
+    claim_sql(CLAIM_SQL.replace(
         "/*after*/",
         "AND (queue, priority, run_at, id) > ($4, $7, $8, $9)",
-    )
+    ))
 });
 
 /// The claim when some of its kinds are capped: the due jobs of every kind ranked in one order,
 /// each capped kind ($7, with its room in $8) taking at most its room, so a capped kind keeps its
 /// priority beside an uncapped backlog.
-static CLAIM_CAPPED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let mut s = CLAIM_FROM_START.clone();
+static CLAIM_CAPPED: std::sync::LazyLock<Sql> = std::sync::LazyLock::new(|| {
+    let mut s = CLAIM_SQL.replace("/*after*/", "");
     for (from, to) in [
         (
             "SELECT id, priority, run_at, 0 AS src",
@@ -70,7 +72,7 @@ static CLAIM_CAPPED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         assert!(s.contains(from), "claim.sql has {from:?}");
         s = s.replace(from, to);
     }
-    s
+    claim_sql(s)
 });
 
 /// Set in the transactions that find many running jobs by id (completion batches) and on the
@@ -182,9 +184,7 @@ impl Cursors {
         }
     }
 }
-const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
-    attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
-    lease_expires_at, cancel_requested, tags, progress, result";
+use super::manage::JOB_COLS;
 
 /// The PostgreSQL store.
 #[derive(Debug)]
@@ -221,82 +221,6 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
         ),
         e => StoreError::Unavailable(format!("cannot reach PostgreSQL: {e}"), None),
     }
-}
-
-/// Column `i` of a job row; a value of the wrong type is an error naming the column, never a
-/// panic.
-fn col<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usize) -> StoreResult<T> {
-    r.try_get(i).map_err(|e| StoreError::Decode {
-        table: "onus_jobs",
-        column: r
-            .columns()
-            .get(i)
-            .map_or_else(|| format!("#{i}"), |c| c.name().to_string()),
-        problem: e.to_string(),
-    })
-}
-
-fn job_from(r: &Row) -> StoreResult<Job> {
-    let bad = |column: &str, problem: String| StoreError::Decode {
-        table: "onus_jobs",
-        column: column.to_string(),
-        problem,
-    };
-    let count = |i: usize| -> StoreResult<u32> {
-        let v: i32 = col(r, i)?;
-        u32::try_from(v).map_err(|_| bad(r.columns()[i].name(), format!("{v} is negative")))
-    };
-    let state: String = col(r, 5)?;
-    let errors: serde_json::Value = col(r, 12)?;
-    let reason: Option<String> = col(r, 14)?;
-    let tags: serde_json::Value = col(r, 20)?;
-    Ok(Job {
-        id: col(r, 0)?,
-        kind: col(r, 1)?,
-        queue: col(r, 2)?,
-        args: col(r, 3)?,
-        priority: col(r, 4)?,
-        state: state.parse().map_err(|e| bad("state", e))?,
-        attempt: count(6)?,
-        max_attempts: count(7)?,
-        run_at: col(r, 8)?,
-        created_at: col(r, 9)?,
-        attempted_at: col(r, 10)?,
-        finalized_at: col(r, 11)?,
-        errors: serde_json::from_value(errors).map_err(|e| bad("errors", e.to_string()))?,
-        snoozes: count(13)?,
-        discard_reason: reason
-            .map(|s| DiscardReason::from_str(&s))
-            .transpose()
-            .map_err(|e| bad("discard_reason", e))?,
-        unique_key: col(r, 15)?,
-        lease_key: col(r, 16)?,
-        lease_owner: col(r, 17)?,
-        lease_expires_at: col(r, 18)?,
-        cancel_requested: col(r, 19)?,
-        tags: serde_json::from_value(tags).map_err(|e| bad("tags", e.to_string()))?,
-        progress: match named(r, "progress") {
-            Some(i) => col::<Option<serde_json::Value>>(r, i)?
-                .map(serde_json::from_value)
-                .transpose()
-                .map_err(|e| bad("progress", e.to_string()))?,
-            None => None,
-        },
-        result: match named(r, "result") {
-            Some(i) => col(r, i)?,
-            None => None,
-        },
-    })
-}
-
-/// The position of column `name` in `r`, when the statement returned it (claims do not return
-/// a job's progress or result).
-fn named(r: &Row, name: &str) -> Option<usize> {
-    r.columns().iter().position(|c| c.name() == name)
-}
-
-fn jobs_from(rows: &[Row]) -> StoreResult<Vec<Job>> {
-    rows.iter().map(job_from).collect()
 }
 
 impl PostgresStore {
@@ -443,266 +367,29 @@ impl PostgresStore {
     }
 }
 
-/// Claims up to `limit` jobs for `req`: from the start of the available jobs, or resuming after
-/// `after` (priority, run_at, id).
 impl PostgresStore {
-    /// A claim with kinds capped across every process: the uncapped kinds as usual, then each
-    /// capped kind in a transaction holding the kind's lock, at most its cap less its jobs
-    /// running now.
-    /// A claim with kinds capped across every process: under each capped kind's lock (taken in
-    /// one order), each takes at most its cap less its jobs running now, in one ordered claim with
-    /// the uncapped kinds. A capped kind whose room ran out may have crowded the others out of
-    /// the scan: the claim goes on without it.
-    async fn claim_capped(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        let mut capped: Vec<&(String, u32)> = req
-            .caps
-            .iter()
-            .filter(|(k, _)| req.kinds.contains(k))
-            .collect();
-        capped.sort();
-        capped.dedup_by(|a, b| a.0 == b.0);
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(pg_error)?;
-        let names: Vec<&str> = capped.iter().map(|(k, _)| k.as_str()).collect();
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('onus.cap:' || k, 0))
-             FROM unnest($1::text[]) WITH ORDINALITY AS t(k, n) ORDER BY n",
-            &[&names],
-        )
-        .await
-        .map_err(pg_error)?;
-        let running: std::collections::HashMap<String, i64> = tx
-            .query(
-                "SELECT kind, count(*) FROM onus_jobs WHERE state = 'running' AND kind = ANY($1) GROUP BY kind",
-                &[&names],
-            )
-            .await
-            .map_err(pg_error)?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let mut rooms: std::collections::BTreeMap<&str, i64> = capped
-            .iter()
-            .map(|(k, cap)| {
-                let n = running.get(k.as_str()).copied().unwrap_or(0);
-                (k.as_str(), (i64::from(*cap) - n).max(0))
-            })
-            .collect();
-        let stmt = tx.prepare_cached(&CLAIM_CAPPED).await.map_err(pg_error)?;
-        let mut out: Vec<Job> = Vec::new();
-        loop {
-            let want = req.limit.saturating_sub(out.len());
-            let kinds: Vec<&str> = req
-                .kinds
-                .iter()
-                .map(String::as_str)
-                .filter(|k| rooms.get(k).is_none_or(|r| *r > 0))
-                .collect();
-            if want == 0 || kinds.is_empty() {
-                break;
-            }
-            let (open, room): (Vec<&str>, Vec<i64>) = rooms.iter().filter(|(_, r)| **r > 0).unzip();
-            let rows = tx
-                .query(
-                    &stmt,
-                    &[
-                        &req.now,
-                        &req.owner,
-                        &req.lease_until,
-                        &req.queue,
-                        &kinds,
-                        &(want as i64),
-                        &open,
-                        &room,
-                    ],
-                )
-                .await
-                .map_err(pg_error)?;
-            let got = jobs_from(&rows)?;
-            let mut filled = false;
-            for j in &got {
-                if let Some(r) = rooms.get_mut(j.kind.as_str()) {
-                    *r -= 1;
-                    filled |= *r == 0;
-                }
-            }
-            let short = got.len() < want;
-            out.extend(got);
-            if !(short && filled) {
-                break;
-            }
+    /// Inserts `rows`, claiming as `claim` says: rows that carry no unique key in one statement
+    /// outside any explicit transaction (one round trip, one commit: the statement is its own
+    /// transaction, so all or none still holds), others by the insert flow in a transaction.
+    async fn insert_with(
+        &self,
+        rows: Vec<InsertRow>,
+        claim: Option<InsertClaim>,
+    ) -> StoreResult<Vec<Inserted>> {
+        if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
+            let c = self.client().await?;
+            let take = taken(&rows, 0..rows.len(), claim.as_ref());
+            return insert_bulk(PgConn::PooledClient(&c), &rows, &take, claim.as_ref(), true).await;
         }
-        tx.commit().await.map_err(pg_error)?;
-        out.sort_by_key(|j| (j.priority, j.run_at, j.id));
-        Ok(out)
-    }
-}
-
-async fn claim_rows(
-    c: &deadpool_postgres::Object,
-    req: &ClaimRequest,
-    limit: i64,
-    after: Option<&(i16, Timestamp, JobId)>,
-) -> StoreResult<Vec<Row>> {
-    let mut p: Vec<&(dyn ToSql + Sync)> = vec![
-        &req.now,
-        &req.owner,
-        &req.lease_until,
-        &req.queue,
-        &req.kinds,
-        &limit,
-    ];
-    let sql: &str = match after {
-        None => &CLAIM_FROM_START,
-        Some((priority, run_at, id)) => {
-            p.extend([priority as &(dyn ToSql + Sync), run_at, id]);
-            &CLAIM_AFTER
-        }
-    };
-    let stmt = c.prepare_cached(sql).await.map_err(pg_error)?;
-    c.query(&stmt, &p).await.map_err(pg_error)
-}
-
-/// Inserts one job through `client`, which may be the caller's own open transaction
-/// ([`crate::sql::PgTx`]). Idle workers are notified when the transaction commits.
-pub(crate) async fn insert_tx<C: GenericClient + Sync>(
-    client: &C,
-    row: InsertRow,
-) -> StoreResult<Inserted> {
-    let out = insert_rows(&Plain(client), &[row], None).await?;
-    out.into_iter()
-        .next()
-        .ok_or_else(|| StoreError::Query("nothing was inserted".into(), None))
-}
-
-/// Inserts one job in a transaction of the pool, its statement prepared once per connection.
-pub(crate) async fn insert_pooled(
-    tx: &deadpool_postgres::Transaction<'_>,
-    row: InsertRow,
-) -> StoreResult<Inserted> {
-    let out = insert_rows(tx, &[row], None).await?;
-    out.into_iter()
-        .next()
-        .ok_or_else(|| StoreError::Query("nothing was inserted".into(), None))
-}
-
-/// A connection that prepares statements: the pool's own keep each prepared per connection (an
-/// insert's statement planned once, not at every insert: 1.2 ms against 2.0 ms for one insert and
-/// its durable commit on this machine), a caller's own connection prepares them each time.
-trait Prepares: Sync {
-    type Client: GenericClient + Sync;
-    fn client(&self) -> &Self::Client;
-    fn statement<'a>(
-        &'a self,
-        sql: &'a str,
-    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
-           + Send
-           + 'a;
-}
-
-impl<'t> Prepares for deadpool_postgres::Transaction<'t> {
-    type Client = tokio_postgres::Transaction<'t>;
-    fn client(&self) -> &Self::Client {
-        self
-    }
-    fn statement<'a>(
-        &'a self,
-        sql: &'a str,
-    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
-           + Send
-           + 'a {
-        self.prepare_cached(sql)
-    }
-}
-
-impl Prepares for deadpool_postgres::Object {
-    type Client = tokio_postgres::Client;
-    fn client(&self) -> &Self::Client {
-        self
-    }
-    fn statement<'a>(
-        &'a self,
-        sql: &'a str,
-    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
-           + Send
-           + 'a {
-        self.prepare_cached(sql)
-    }
-}
-
-/// Inserts rows that carry no unique key in one statement outside any explicit transaction: one
-/// round trip, one commit (the statement is its own transaction, so all or none still holds).
-async fn insert_alone(
-    c: &deadpool_postgres::Object,
-    rows: &[InsertRow],
-    claim: Option<&InsertClaim>,
-) -> StoreResult<Vec<Inserted>> {
-    insert_bulk(c, rows, &taken(rows, 0..rows.len(), claim), claim, true).await
-}
-
-/// A caller's own connection or transaction: nothing cached on it.
-struct Plain<'c, C>(&'c C);
-
-impl<C: GenericClient + Sync> Prepares for Plain<'_, C> {
-    type Client = C;
-    fn client(&self) -> &C {
-        self.0
-    }
-    fn statement<'a>(
-        &'a self,
-        sql: &'a str,
-    ) -> impl std::future::Future<Output = Result<tokio_postgres::Statement, tokio_postgres::Error>>
-           + Send
-           + 'a {
-        self.0.prepare(sql)
-    }
-}
-
-async fn insert_rows(
-    c: &impl Prepares,
-    rows: &[InsertRow],
-    claim: Option<&InsertClaim>,
-) -> StoreResult<Vec<Inserted>> {
-    let mut out = Vec::with_capacity(rows.len());
-    let mut i = 0;
-    while i < rows.len() {
-        if rows[i].unique_key.is_some() {
-            out.push(insert_unique(c, &rows[i]).await?);
-            i += 1;
-            continue;
-        }
-        let end = rows[i..]
-            .iter()
-            .position(|r| r.unique_key.is_some())
-            .map_or(rows.len(), |p| i + p);
-        let take = taken(rows, i..end, claim);
-        out.extend(insert_bulk(c, &rows[i..end], &take, claim, false).await?);
-        i = end;
-    }
-    let mut queues: Vec<&str> = out
-        .iter()
-        .filter(|r| r.inserted && r.job.state == JobState::Available)
-        .map(|r| r.job.queue.as_str())
-        .collect();
-    queues.sort_unstable();
-    queues.dedup();
-    if !queues.is_empty() {
-        let stmt = c
-            .statement("SELECT pg_notify('onus_jobs', q) FROM unnest($1::text[]) AS q")
+        self.write(async |tx| insert::insert(tx, rows, claim.as_ref()).await)
             .await
-            .map_err(pg_error)?;
-        c.client()
-            .execute(&stmt, &[&queues])
-            .await
-            .map_err(pg_error)?;
     }
-    Ok(out)
 }
 
 /// Inserts rows without unique keys in one statement. A row whose `take` is set is written
 /// `running` under `claim`, unless its queue is paused by hand.
-async fn insert_bulk(
-    c: &impl Prepares,
+pub(crate) async fn insert_bulk(
+    e: PgConn<'_>,
     rows: &[InsertRow],
     take: &[bool],
     claim: Option<&InsertClaim>,
@@ -751,32 +438,31 @@ async fn insert_bulk(
         Some(c) => (Some(c.now), Some(c.owner.as_str()), Some(c.lease_until)),
         None => (None, None, None),
     };
-    let stmt = c.statement(&sql).await.map_err(pg_error)?;
-    let got = c
-        .client()
-        .query(
-            &stmt,
-            &[
-                &kinds,
-                &queues,
-                &args,
-                &prios,
-                &states,
-                &maxes,
-                &run_ats,
-                &created,
-                &lease_keys,
-                &tags,
-                &take,
-                &claim_at,
-                &owner,
-                &lease_until,
-                &rate_keys,
-            ],
-        )
-        .await
-        .map_err(pg_error)?;
-    let mut jobs = jobs_from(&got)?;
+    let got = crate::sql::postgres::query(
+        e,
+        "onus_jobs",
+        &sql,
+        true,
+        &[
+            &kinds,
+            &queues,
+            &args,
+            &prios,
+            &states,
+            &maxes,
+            &run_ats,
+            &created,
+            &lease_keys,
+            &tags,
+            &take,
+            &claim_at,
+            &owner,
+            &lease_until,
+            &rate_keys,
+        ],
+    )
+    .await?;
+    let mut jobs = manage::jobs(got)?;
     jobs.sort_by_key(|j| j.id); // ids follow the insertion order
     Ok(jobs
         .into_iter()
@@ -785,67 +471,6 @@ async fn insert_bulk(
             inserted: true,
         })
         .collect())
-}
-
-async fn insert_unique(c: &impl Prepares, r: &InsertRow) -> StoreResult<Inserted> {
-    let sql = format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags, rate_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
-             DO NOTHING
-             RETURNING {JOB_COLS}"
-        );
-    let max = r.max_attempts as i32;
-    let tags = serde_json::json!(r.tags);
-    let stmt = c.statement(&sql).await.map_err(pg_error)?;
-    let row = c
-        .client()
-        .query_opt(
-            &stmt,
-            &[
-                &r.kind,
-                &r.queue,
-                &r.args,
-                &r.priority,
-                &r.state.as_str(),
-                &max,
-                &r.run_at,
-                &r.created_at,
-                &r.unique_key,
-                &r.lease_key,
-                &tags,
-                &r.rate_key,
-            ],
-        )
-        .await
-        .map_err(pg_error)?;
-    if let Some(row) = row {
-        return Ok(Inserted {
-            job: job_from(&row)?,
-            inserted: true,
-        });
-    }
-    let existing = c
-        .client()
-        .query_opt(
-            &format!(
-                "SELECT {JOB_COLS} FROM onus_jobs WHERE kind = $1 AND unique_key = $2
-                 AND state NOT IN ('completed', 'discarded', 'cancelled')"
-            ),
-            &[&r.kind, &r.unique_key],
-        )
-        .await
-        .map_err(pg_error)?
-        .ok_or_else(|| {
-            StoreError::Query(
-                "the job holding the unique key finished meanwhile; insert again".into(),
-                None,
-            )
-        })?;
-    Ok(Inserted {
-        job: job_from(&existing)?,
-        inserted: false,
-    })
 }
 
 #[async_trait]
@@ -899,14 +524,7 @@ impl Store for PostgresStore {
     }
 
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
-        if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
-            return insert_alone(&self.client().await?, &rows, None).await;
-        }
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(pg_error)?;
-        let out = insert_rows(&tx, &rows, None).await?;
-        tx.commit().await.map_err(pg_error)?;
-        Ok(out)
+        self.insert_with(rows, None).await
     }
 
     async fn insert_claiming(
@@ -914,42 +532,46 @@ impl Store for PostgresStore {
         rows: Vec<InsertRow>,
         claim: InsertClaim,
     ) -> StoreResult<Vec<Inserted>> {
-        if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
-            return insert_alone(&self.client().await?, &rows, Some(&claim)).await;
-        }
-        let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(pg_error)?;
-        let out = insert_rows(&tx, &rows, Some(&claim)).await?;
-        tx.commit().await.map_err(pg_error)?;
-        Ok(out)
+        self.insert_with(rows, Some(claim)).await
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        if !req.caps.is_empty() {
-            return self.claim_capped(req).await;
+        if req.caps.iter().any(|(k, _)| req.kinds.contains(k)) {
+            let (plain, capped) = (&*CLAIM_FROM_START, &*CLAIM_CAPPED);
+            return self
+                .write(async |tx| claim::claim(tx, &req, plain, capped).await)
+                .await;
         }
         let c = self.client().await?;
-        let limit = req.limit as i64;
+        let tx = PgTx::pooled_client(&c);
+        let kinds: Vec<&String> = req.kinds.iter().collect();
         let after = self.cursors.resume(&req);
-        let mut rows = claim_rows(&c, &req, limit, after.as_ref()).await?;
+        let (sql, extra) = match after {
+            None => (&*CLAIM_FROM_START, Vec::new()),
+            Some((p, at, id)) => (&*CLAIM_AFTER, vec![p.into(), at.into(), id.into()]),
+        };
+        let mut rows = claim::rows(&tx, sql, &req, &kinds, req.limit, extra).await?;
         // A resumed claim that came back short reached the backlog's end: what it could not fill
         // comes from the front (a job handed back, or one sorting before the cursor, is never left
         // waiting for a wake-up that may not come).
         let mut from_start = after.is_none();
         if !from_start && rows.len() < req.limit {
-            let rest = (req.limit - rows.len()) as i64;
-            rows.extend(claim_rows(&c, &req, rest, None).await?);
+            let rest = req.limit - rows.len();
+            let more = claim::rows(&tx, &CLAIM_FROM_START, &req, &kinds, rest, Vec::new());
+            rows.extend(more.await?);
             from_start = true;
         }
+        let mut jobs = Vec::with_capacity(rows.len());
         let mut last = None;
-        for r in &rows {
-            if col::<i32>(r, 21)? == 0 {
-                let key: (i16, Timestamp, JobId) = (col(r, 4)?, col(r, 8)?, col(r, 0)?);
-                last = last.max(Some(key));
+        for r in rows {
+            let src: i32 = r.get("src")?;
+            let job = manage::job(r)?;
+            if src == 0 {
+                last = last.max(Some((job.priority, job.run_at, job.id)));
             }
+            jobs.push(job);
         }
-        self.cursors.record(&req, !from_start, last, rows.len());
-        let mut jobs = jobs_from(&rows)?;
+        self.cursors.record(&req, !from_start, last, jobs.len());
         jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
         Ok(jobs)
     }

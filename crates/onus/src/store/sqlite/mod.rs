@@ -15,22 +15,25 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OptionalExtension, Row, ToSql};
+use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
 use super::*;
 use crate::clock::{from_micros, Timestamp};
-use crate::job::{DiscardReason, Job, JobId};
-use crate::sql::{ready, SqliteTx};
+use crate::job::{Job, JobId};
+use crate::sql::{ready, Backend, Sql, SqliteTx};
 
 pub use rusqlite;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
 
+static CLAIM: std::sync::LazyLock<Sql> =
+    std::sync::LazyLock::new(|| Sql::for_backend("onus_jobs", Backend::Sqlite, CLAIM_SQL.into()));
+
 /// The claim when some of its kinds are capped: the due jobs of every kind ranked in one order,
-/// each capped kind's taking at most its room (?7, a JSON object of kind to room), so a capped
+/// each capped kind's taking at most its room ($7, a JSON object of kind to room), so a capped
 /// kind keeps its priority beside an uncapped backlog.
-static CLAIM_CAPPED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+static CLAIM_CAPPED: std::sync::LazyLock<Sql> = std::sync::LazyLock::new(|| {
     let mut s = CLAIM_SQL.to_string();
     for (from, to) in [
         ("SELECT id, priority, run_at FROM onus_jobs", "SELECT id, kind, priority, run_at FROM onus_jobs"),
@@ -40,15 +43,15 @@ static CLAIM_CAPPED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             "SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY kind ORDER BY priority, run_at, id) AS rn FROM (",
         ),
         (
-            ") ORDER BY priority, run_at, id LIMIT ?6",
-            ")) ranked WHERE rn <= coalesce((SELECT value FROM json_each(?7) WHERE key = ranked.kind), rn)
-        ORDER BY priority, run_at, id LIMIT ?6",
+            ") ORDER BY priority, run_at, id LIMIT $6",
+            ")) ranked WHERE rn <= coalesce((SELECT value FROM json_each($7) WHERE key = ranked.kind), rn)
+        ORDER BY priority, run_at, id LIMIT $6",
         ),
     ] {
         assert!(s.contains(from), "claim.sql has {from:?}");
         s = s.replace(from, to);
     }
-    s
+    Sql::for_backend("onus_jobs", Backend::Sqlite, s)
 });
 
 /// How hard a commit waits for the disk.
@@ -547,182 +550,18 @@ impl FileId {
     }
 }
 
-fn job_error(e: rusqlite::Error) -> StoreError {
-    crate::sql::sqlite::error_in(e, JOB_COLS)
-}
-
-use crate::sql::sqlite::{micros, micros_opt};
-
-const JOB_COLS: &str = "id, kind, queue, args, priority, state, attempt, max_attempts, run_at, created_at, \
-    attempted_at, finalized_at, errors, snoozes, discard_reason, unique_key, lease_key, lease_owner, \
-    lease_expires_at, cancel_requested, tags, progress, result";
-
-fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Job> {
-    let bad = |i: usize, e: String| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
-    };
-    let args: String = r.get(3)?;
-    let state: String = r.get(5)?;
-    let errors: String = r.get(12)?;
-    let reason: Option<String> = r.get(14)?;
-    let tags: String = r.get(20)?;
-    Ok(Job {
-        id: r.get(0)?,
-        kind: r.get(1)?,
-        queue: r.get(2)?,
-        args: serde_json::from_str(&args).map_err(|e| bad(3, e.to_string()))?,
-        priority: r.get(4)?,
-        state: state.parse().map_err(|e| bad(5, e))?,
-        attempt: r.get(6)?,
-        max_attempts: r.get(7)?,
-        run_at: from_micros(r.get(8)?),
-        created_at: from_micros(r.get(9)?),
-        attempted_at: micros_opt(r.get(10)?),
-        finalized_at: micros_opt(r.get(11)?),
-        errors: serde_json::from_str(&errors).map_err(|e| bad(12, e.to_string()))?,
-        snoozes: r.get(13)?,
-        discard_reason: reason
-            .map(|s| s.parse::<DiscardReason>())
-            .transpose()
-            .map_err(|e| bad(14, e))?,
-        unique_key: r.get(15)?,
-        lease_key: r.get(16)?,
-        lease_owner: r.get(17)?,
-        lease_expires_at: micros_opt(r.get(18)?),
-        cancel_requested: r.get(19)?,
-        tags: serde_json::from_str(&tags).map_err(|e| bad(20, e.to_string()))?,
-        // Claims do not return a job's progress or result.
-        progress: match r.as_ref().column_index("progress") {
-            Ok(i) => r
-                .get::<_, Option<String>>(i)?
-                .map(|t| serde_json::from_str(&t))
-                .transpose()
-                .map_err(|e| bad(i, e.to_string()))?,
-            Err(_) => None,
-        },
-        result: match r.as_ref().column_index("result") {
-            Ok(i) => r
-                .get::<_, Option<String>>(i)?
-                .map(|t| serde_json::from_str(&t))
-                .transpose()
-                .map_err(|e| bad(i, e.to_string()))?,
-            Err(_) => None,
-        },
-    })
-}
-
-/// Inserts one job on `conn`, inside the caller's open transaction ([`crate::sql::SqliteTx`]).
-pub(crate) fn insert_tx(conn: &Connection, row: InsertRow) -> StoreResult<Inserted> {
-    let mut out = insert_rows(conn, vec![row])?;
-    out.pop()
-        .ok_or_else(|| StoreError::Query("an insert of one row returned none".into(), None))
-}
-
-/// Adds the jobs `inserted` to the counters, one statement per (queue, kind, state); in the
-/// inserts' transaction (SQLite counts inserts here rather than by a trigger, see migration 5).
-fn count_inserted(conn: &Connection, inserted: &[Inserted]) -> StoreResult<()> {
-    let mut groups: std::collections::BTreeMap<(&str, &str, &str), i64> = Default::default();
-    for i in inserted.iter().filter(|i| i.inserted) {
-        *groups
-            .entry((&i.job.queue, &i.job.kind, i.job.state.as_str()))
-            .or_default() += 1;
-    }
-    let mut stmt = conn
-        .prepare_cached(
-            "INSERT INTO onus_job_counts (queue, kind, state, n) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (queue, kind, state) DO UPDATE SET n = n + excluded.n",
-        )
-        .map_err(job_error)?;
-    for ((queue, kind, state), n) in groups {
-        stmt.execute(params![queue, kind, state, n])
-            .map_err(job_error)?;
-    }
-    Ok(())
-}
-
-/// One row with a unique key; counted by [`insert_rows`], its only caller.
-fn insert_one(conn: &Connection, row: &InsertRow) -> StoreResult<Inserted> {
-    let args =
-        serde_json::to_string(&row.args).map_err(|e| StoreError::Query(e.to_string(), None))?;
-    let tags =
-        serde_json::to_string(&row.tags).map_err(|e| StoreError::Query(e.to_string(), None))?;
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, unique_key, lease_key, tags, rate_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-             ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
-             DO NOTHING
-             RETURNING {JOB_COLS}"
-        ))
-        .map_err(job_error)?;
-    let new = stmt
-        .query_row(
-            params![
-                row.kind,
-                row.queue,
-                args,
-                row.priority,
-                row.state.as_str(),
-                row.max_attempts,
-                micros(row.run_at),
-                micros(row.created_at),
-                row.unique_key,
-                row.lease_key,
-                tags,
-                row.rate_key
-            ],
-            job_from_row,
-        )
-        .optional()
-        .map_err(job_error)?;
-    if let Some(job) = new {
-        return Ok(Inserted {
-            job,
-            inserted: true,
-        });
-    }
-    let existing = conn
-        .prepare_cached(&format!(
-            "SELECT {JOB_COLS} FROM onus_jobs WHERE kind = ?1 AND unique_key = ?2
-             AND state NOT IN ('completed', 'discarded', 'cancelled')"
-        ))
-        .map_err(job_error)?
-        .query_row(params![row.kind, row.unique_key], job_from_row)
-        .map_err(job_error)?;
-    Ok(Inserted {
-        job: existing,
-        inserted: false,
-    })
-}
+use crate::sql::sqlite::{error as job_error, micros};
 
 /// Rows per multi-row insert statement, largest first: a run of rows without unique keys is
 /// written by as few statements as these sizes allow, each prepared once per connection.
 const BULK_SIZES: [usize; 7] = [256, 64, 16, 8, 4, 2, 1];
 
-/// Inserts `rows` in order: rows with a unique key one by one (a conflict returns the job that
-/// holds the key), runs of rows without one by multi-row statements, so a batch pays SQLite's
-/// per-statement work (its statement journal) once per 256 rows, not per row.
-fn insert_rows(conn: &Connection, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
-    let mut out = Vec::with_capacity(rows.len());
-    let mut rest = rows.into_iter().peekable();
-    let mut run: Vec<InsertRow> = Vec::new();
-    while let Some(row) = rest.next() {
-        if row.unique_key.is_some() {
-            out.push(insert_one(conn, &row)?);
-            continue;
-        }
-        run.push(row);
-        let run_ends = rest.peek().is_none_or(|r| r.unique_key.is_some());
-        if run_ends {
-            insert_run(conn, std::mem::take(&mut run), &mut out)?;
-        }
-    }
-    count_inserted(conn, &out)?;
-    Ok(out)
-}
-
 /// Inserts rows without unique keys, in order, by multi-row statements of [`BULK_SIZES`] rows.
-fn insert_run(conn: &Connection, rows: Vec<InsertRow>, out: &mut Vec<Inserted>) -> StoreResult<()> {
+pub(crate) fn insert_run(
+    conn: &Connection,
+    rows: Vec<InsertRow>,
+    out: &mut Vec<Inserted>,
+) -> StoreResult<()> {
     let mut rows = rows.into_iter();
     let mut left = rows.len();
     while left > 0 {
@@ -864,163 +703,13 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
-        self.write(move |conn| insert_rows(conn, rows)).await
-    }
-
-    /// The rows `claim` takes that are due now (and whose queue is not paused by hand) are
-    /// written `running` under its lease in the insert's own transaction: one commit for both.
-    async fn insert_claiming(
-        &self,
-        rows: Vec<InsertRow>,
-        claim: InsertClaim,
-    ) -> StoreResult<Vec<Inserted>> {
-        self.write(move |conn| {
-            let take = taken(&rows, 0..rows.len(), Some(&claim));
-            let mut out = insert_rows(conn, rows)?;
-            let (now, until) = (micros(claim.now), micros(claim.lease_until));
-            let mut paused = conn
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM onus_queues WHERE name = ?1 AND paused_at IS NOT NULL)",
-                )
-                .map_err(job_error)?;
-            let mut run = conn
-                .prepare_cached(
-                    "UPDATE onus_jobs SET state = 'running', attempt = 1, attempted_at = ?2,
-                     lease_owner = ?3, lease_expires_at = ?4 WHERE id = ?1 AND state = 'available'",
-                )
-                .map_err(job_error)?;
-            // Whether each queue of the batch is paused, read once per queue.
-            let mut queues: std::collections::HashMap<String, bool> = Default::default();
-            for (i, took) in out.iter_mut().zip(take) {
-                if !took || !i.inserted || i.job.state != JobState::Available {
-                    continue;
-                }
-                let is_paused = match queues.get(&i.job.queue) {
-                    Some(p) => *p,
-                    None => {
-                        let p = paused
-                            .query_row([&i.job.queue], |r| r.get::<_, bool>(0))
-                            .map_err(job_error)?;
-                        queues.insert(i.job.queue.clone(), p);
-                        p
-                    }
-                };
-                if is_paused {
-                    continue;
-                }
-                if run
-                    .execute(params![i.job.id, now, claim.owner, until])
-                    .map_err(job_error)?
-                    == 1
-                {
-                    let j = &mut i.job;
-                    j.state = JobState::Running;
-                    j.attempt = 1;
-                    j.attempted_at = micros_opt(Some(now));
-                    j.lease_owner = Some(claim.owner.clone());
-                    j.lease_expires_at = micros_opt(Some(until));
-                }
-            }
-            Ok(out)
-        })
-        .await
-    }
-
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        self.write(move |conn| {
-            let kinds_json = |kinds: &[&String]| {
-                serde_json::to_string(kinds).map_err(|e| StoreError::Query(e.to_string(), None))
-            };
-            // The plain claim, or with `rooms` the capped one.
-            let claim = |conn: &Connection, kinds: &str, limit: usize, rooms: Option<&str>| {
-                let sql = if rooms.is_some() {
-                    CLAIM_CAPPED.as_str()
-                } else {
-                    CLAIM_SQL
-                };
-                let mut stmt = conn.prepare_cached(sql).map_err(job_error)?;
-                let base = params![
-                    micros(req.now),
-                    req.owner,
-                    micros(req.lease_until),
-                    req.queue,
-                    kinds,
-                    limit as i64
-                ];
-                let mut p: Vec<&dyn ToSql> = base.to_vec();
-                if let Some(rooms) = &rooms {
-                    p.push(rooms);
-                }
-                let jobs = stmt
-                    .query_map(p.as_slice(), job_from_row)
-                    .map_err(job_error)?
-                    .collect::<rusqlite::Result<Vec<Job>>>()
-                    .map_err(job_error);
-                jobs
-            };
-            let capped: Vec<&(String, u32)> = req
-                .caps
-                .iter()
-                .filter(|(k, _)| req.kinds.contains(k))
-                .collect();
-            if capped.is_empty() {
-                let all: Vec<&String> = req.kinds.iter().collect();
-                let mut jobs = claim(conn, &kinds_json(&all)?, req.limit, None)?;
-                jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
-                return Ok(jobs);
-            }
-            // Kinds capped across every process: each takes at most its cap less its jobs
-            // running now (the writer holds the write lock: nothing changes between the count and
-            // the claim), in one ordered claim with the uncapped kinds. A capped kind whose room
-            // ran out may have crowded the others out of the scan: claim again without it.
-            let mut rooms: std::collections::BTreeMap<&str, i64> = Default::default();
-            for (kind, cap) in &capped {
-                let running: i64 = conn
-                    .prepare_cached(
-                        "SELECT count(*) FROM onus_jobs WHERE state = 'running' AND kind = ?1",
-                    )
-                    .map_err(job_error)?
-                    .query_row([kind], |r| r.get(0))
-                    .map_err(job_error)?;
-                rooms.insert(kind.as_str(), (i64::from(*cap) - running).max(0));
-            }
-            let mut jobs: Vec<Job> = Vec::new();
-            loop {
-                let want = req.limit.saturating_sub(jobs.len());
-                let kinds: Vec<&String> = req
-                    .kinds
-                    .iter()
-                    .filter(|k| rooms.get(k.as_str()).is_none_or(|r| *r > 0))
-                    .collect();
-                if want == 0 || kinds.is_empty() {
-                    break;
-                }
-                let open: std::collections::BTreeMap<&str, i64> = rooms
-                    .iter()
-                    .filter(|(_, r)| **r > 0)
-                    .map(|(k, r)| (*k, *r))
-                    .collect();
-                let rooms_json = serde_json::to_string(&open)
-                    .map_err(|e| StoreError::Query(e.to_string(), None))?;
-                let got = claim(conn, &kinds_json(&kinds)?, want, Some(&rooms_json))?;
-                let mut filled = false;
-                for j in &got {
-                    if let Some(r) = rooms.get_mut(j.kind.as_str()) {
-                        *r -= 1;
-                        filled |= *r == 0;
-                    }
-                }
-                let short = got.len() < want;
-                jobs.extend(got);
-                if !(short && filled) {
-                    break;
-                }
-            }
-            jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
-            Ok(jobs)
-        })
-        .await
+        flow!(self, write, |tx| claim::claim(
+            tx,
+            &req,
+            &CLAIM,
+            &CLAIM_CAPPED
+        ))
     }
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
