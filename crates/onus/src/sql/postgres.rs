@@ -6,7 +6,7 @@ use crate::sql::error::driver;
 use crate::sql::PgConn;
 
 use crate::sql::error::{StoreError, StoreResult};
-use crate::sql::migrate::{Applied, Line, LineStatus};
+use crate::sql::migrate::{Applied, Line};
 
 /// The advisory lock key held while migrating ("onus" in ASCII).
 pub(crate) const MIGRATION_LOCK: i64 = 0x6f6e_7573;
@@ -96,14 +96,6 @@ pub(crate) async fn apply_lines(
         crate::sql::migrate::apply(&crate::sql::PgTx::pooled_client(client), lines).await
     })
     .await
-}
-
-/// Where each line stands, read without writing anything (and without the migration lock).
-pub(crate) async fn line_status(
-    client: &deadpool_postgres::Object,
-    lines: &[&'static Line],
-) -> StoreResult<Vec<LineStatus>> {
-    crate::sql::migrate::status(&crate::sql::PgTx::pooled_client(client), lines).await
 }
 
 /// Runs a PostgreSQL statement on `e` and returns its rows, decoded as `table`'s: prepared once

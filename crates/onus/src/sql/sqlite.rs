@@ -8,7 +8,7 @@ use rusqlite::Connection;
 use crate::clock::Timestamp;
 use crate::sql::error::driver;
 use crate::sql::error::{StoreError, StoreResult};
-use crate::sql::migrate::{Applied, Line, LineStatus};
+use crate::sql::migrate::{Applied, Line};
 
 /// Errors that may clear up by themselves: another process holds the lock, the disk is full or
 /// failing for now.
@@ -66,17 +66,6 @@ pub(crate) fn micros(t: Timestamp) -> i64 {
 /// SQLite's write lock, so no other process migrates at the same time).
 pub(crate) fn apply_lines(conn: &Connection, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
     crate::sql::ready(crate::sql::migrate::apply(
-        &crate::sql::SqliteTx::new(conn),
-        lines,
-    ))
-}
-
-/// Where each line stands, read without writing anything.
-pub(crate) fn line_status(
-    conn: &Connection,
-    lines: &[&'static Line],
-) -> StoreResult<Vec<LineStatus>> {
-    crate::sql::ready(crate::sql::migrate::status(
         &crate::sql::SqliteTx::new(conn),
         lines,
     ))

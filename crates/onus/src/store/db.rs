@@ -62,7 +62,7 @@ impl Db {
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        self.run(op, false).await
+        run_on(&*self.store, op, false).await
     }
 
     /// Runs read-only `op` on a read connection (no transaction on PostgreSQL).
@@ -72,16 +72,7 @@ impl Db {
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        self.run(op, true).await
-    }
-
-    async fn run<R, E, F>(&self, op: F, read_only: bool) -> Result<R, E>
-    where
-        F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
-        R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
-    {
-        run_on(&*self.store, op, read_only).await
+        run_on(&*self.store, op, true).await
     }
 
     /// Runs one statement in its own transaction and returns its rows as `R`.

@@ -161,3 +161,12 @@ async fn after<T: Tx + ?Sized>(
     }
     Ok(())
 }
+
+/// Records a batch of finished attempts one by one; for each, whether its guarded write applied.
+pub(crate) async fn all<T: Tx + ?Sized>(tx: &T, batch: &[Finish]) -> StoreResult<Vec<bool>> {
+    let mut applied = Vec::with_capacity(batch.len());
+    for f in batch {
+        applied.push(one(tx, f, false).await?);
+    }
+    Ok(applied)
+}

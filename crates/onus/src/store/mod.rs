@@ -84,10 +84,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Applies the pending migrations of `lines` (the job layer's line always first) under one
     /// lock, recording each in `onus_migrations`; returns what it applied.
-    async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>>;
+    async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
+        let lines = with_jobs(lines);
+        flow!(self, write, |tx| crate::sql::migrate::apply(tx, &lines))
+    }
 
     /// Where each of `lines` (and the job layer's) stands in this database.
-    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>>;
+    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
+        let lines = with_jobs(lines);
+        flow!(self, read, |tx| crate::sql::migrate::status(tx, &lines))
+    }
 
     /// Inserts jobs in one transaction, in order.
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
@@ -95,20 +101,24 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Inserts jobs as [`Store::insert`] does, claiming some in the same transaction as `claim`
-    /// says; the answer shows which (`running`, leased to the claim's owner).
+    /// says; the answer shows which (`running`, leased to the claim's owner). A store that does
+    /// not say otherwise (a wrapper) claims none.
     async fn insert_claiming(
         &self,
         rows: Vec<InsertRow>,
         claim: InsertClaim,
     ) -> StoreResult<Vec<Inserted>> {
-        flow!(self, write, |tx| insert::insert(tx, rows, Some(&claim)))
+        let _ = claim;
+        self.insert(rows).await
     }
 
     /// Claims up to `limit` due jobs: `state = running`, `attempt + 1`, leased to `owner`.
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>>;
 
     /// Records finished attempts; for each, whether the guarded write applied.
-    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>>;
+    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+        flow!(self, write, |tx| finish::all(tx, &batch))
+    }
 
     /// Extends to `lease_until` the leases of the jobs `owner` holds (and their lease-key slots):
     /// only those listed, so a row the process lost track of is never renewed and its lease runs
@@ -119,7 +129,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         owner: &str,
         held: &[HeldJob],
         lease_until: Timestamp,
-    ) -> StoreResult<Renewal>;
+    ) -> StoreResult<Renewal> {
+        let (owner, held) = (owner.to_string(), held.to_vec());
+        flow!(self, write, |tx| attempts::renew(
+            tx,
+            &owner,
+            &held,
+            lease_until
+        ))
+    }
 
     /// One job.
     async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {

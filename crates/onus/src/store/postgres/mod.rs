@@ -518,11 +518,6 @@ impl Store for PostgresStore {
         crate::sql::postgres::apply_lines(&client, &crate::store::with_jobs(lines)).await
     }
 
-    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
-        let client = self.client().await?;
-        crate::sql::postgres::line_status(&client, &crate::store::with_jobs(lines)).await
-    }
-
     async fn insert(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
         self.insert_with(rows, None).await
     }

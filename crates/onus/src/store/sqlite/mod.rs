@@ -15,13 +15,13 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::*;
 use crate::clock::{from_micros, Timestamp};
 use crate::job::{Job, JobId};
-use crate::sql::{ready, Backend, Sql, SqliteTx};
+use crate::sql::{Backend, Sql};
 
 pub use rusqlite;
 
@@ -691,16 +691,12 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn migrate(&self, lines: &[&'static Line]) -> StoreResult<Vec<Applied>> {
-        let lines = crate::store::with_jobs(lines);
-        self.write(move |conn| crate::sql::sqlite::apply_lines(conn, &lines))
-            .await
-    }
-
-    async fn migrations(&self, lines: &[&'static Line]) -> StoreResult<Vec<LineStatus>> {
-        let lines = crate::store::with_jobs(lines);
-        self.read(move |conn| crate::sql::sqlite::line_status(conn, &lines))
-            .await
+    async fn insert_claiming(
+        &self,
+        rows: Vec<InsertRow>,
+        claim: InsertClaim,
+    ) -> StoreResult<Vec<Inserted>> {
+        flow!(self, write, |tx| insert::insert(tx, rows, Some(&claim)))
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
@@ -710,54 +706,6 @@ impl Store for SqliteStore {
             &CLAIM,
             &CLAIM_CAPPED
         ))
-    }
-
-    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
-        self.write(move |conn| {
-            batch
-                .iter()
-                .map(|f| ready(finish::one(&SqliteTx::new(conn), f, false)))
-                .collect()
-        })
-        .await
-    }
-
-    async fn heartbeat(
-        &self,
-        owner: &str,
-        held: &[HeldJob],
-        lease_until: Timestamp,
-    ) -> StoreResult<Renewal> {
-        let owner = owner.to_string();
-        let held = held.to_vec();
-        let ids = serde_json::to_string(&held.iter().map(|h| h.id).collect::<Vec<_>>())
-            .map_err(|e| StoreError::Query(e.to_string(), None))?;
-        self.write(move |conn| {
-            // Only the jobs this process holds: a row it lost track of keeps its old lease, which
-            // runs out, and the rescuer takes it.
-            let rows = conn
-                .prepare_cached(
-                    "UPDATE onus_jobs SET lease_expires_at = ?2
-                     WHERE state = 'running' AND lease_owner = ?1 AND id IN (SELECT value FROM json_each(?3))
-                     RETURNING id, attempt, cancel_requested",
-                )
-                .map_err(job_error)?
-                .query_map(params![owner, micros(lease_until), ids], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(job_error)?
-                .collect::<rusqlite::Result<Vec<(JobId, u32, bool)>>>()
-                .map_err(job_error)?;
-            let renewal = Renewal::of(&held, &rows);
-            // The lease-key slots these jobs hold last as long as the jobs' own leases.
-            let renewed = serde_json::to_string(&renewal.renewed).map_err(|e| StoreError::Query(e.to_string(), None))?;
-            conn.prepare_cached(
-                "UPDATE onus_leases SET busy_until = ?1 WHERE busy_until < ?1 AND job_id IN (SELECT value FROM json_each(?2))",
-            )
-            .map_err(job_error)?
-            .execute(params![micros(lease_until), renewed])
-            .map_err(job_error)?;
-            Ok(renewal)
-        })
-        .await
     }
 
     /// Another process's commits, seen by the writer ([`SqliteOptions::watch_interval`]). One
