@@ -104,3 +104,39 @@ pub(crate) async fn a_paused_queue_claims_nothing_until_resumed(backend: Backend
         vec![j.id]
     );
 }
+
+/// A kind capped across every process takes at most its cap less its jobs running now, keeping
+/// its place in the priority order beside an uncapped kind.
+pub(crate) async fn a_capped_kind_takes_no_more_than_its_room(backend: Backend) {
+    let w = world(backend).await;
+    for _ in 0..4 {
+        w.insert(w.row("capped")).await;
+    }
+    for _ in 0..3 {
+        w.insert(InsertRow {
+            priority: 1,
+            ..w.row("free")
+        })
+        .await;
+    }
+    let claim = |limit: usize| ClaimRequest {
+        queue: "default".into(),
+        kinds: vec!["capped".into(), "free".into()],
+        limit,
+        owner: OWNER.into(),
+        now: w.now,
+        lease_until: w.now + secs(30),
+        caps: vec![("capped".into(), 2)],
+    };
+    let first = w.store.claim(claim(3)).await.unwrap();
+    let kinds: Vec<&str> = first.iter().map(|j| j.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["capped", "capped", "free"],
+        "the cap, then the others in order"
+    );
+    // Two of the capped kind run: it has no room left, whatever the limit.
+    let second = w.store.claim(claim(10)).await.unwrap();
+    assert!(second.iter().all(|j| j.kind == "free"));
+    assert_eq!(second.len(), 2);
+}

@@ -54,3 +54,62 @@ pub(crate) async fn a_batch_insert_returns_every_row_in_order_as_stored(backend:
     assert_eq!(out[71].job.unique_key.as_deref(), Some("u-new"));
     assert_eq!(out[149].job.state, JobState::Scheduled);
 }
+
+/// An insert that claims for an idle worker writes `running` only the rows its claim takes that
+/// are due now, carry no unique key and wait in a queue not paused by hand; the rest are inserted
+/// as usual.
+pub(crate) async fn an_insert_claims_only_due_rows_of_unpaused_queues(backend: Backend) {
+    let w = world(backend).await;
+    w.db.batch_execute(&format!(
+        "INSERT INTO onus_queues (name, paused_at, updated_at) VALUES ('held', {t}, {t})",
+        t = if backend == Backend::Sqlite {
+            "1"
+        } else {
+            "now()"
+        }
+    ))
+    .await;
+    let rows = vec![
+        w.row("a"),
+        w.row("a"),
+        InsertRow {
+            unique_key: Some("u".into()),
+            ..w.row("a")
+        },
+        InsertRow {
+            state: JobState::Scheduled,
+            run_at: w.now + secs(60),
+            ..w.row("a")
+        },
+        InsertRow {
+            queue: "held".into(),
+            ..w.row("a")
+        },
+    ];
+    let until = w.now + secs(30);
+    let claim = onus::store::InsertClaim {
+        owner: OWNER.into(),
+        now: w.now,
+        lease_until: until,
+        take: vec![true, false, true, true, true],
+    };
+    let out = w.store.insert_claiming(rows, claim).await.unwrap();
+    let states: Vec<JobState> = out.iter().map(|i| i.job.state).collect();
+    use JobState::*;
+    assert_eq!(
+        states,
+        [Running, Available, Available, Scheduled, Available]
+    );
+    let taken = &out[0].job;
+    assert_eq!(
+        (
+            taken.attempt,
+            taken.lease_owner.as_deref(),
+            taken.lease_expires_at
+        ),
+        (1, Some(OWNER), Some(until))
+    );
+    for i in &out {
+        assert_eq!(i.job, w.get(&i.job).await, "returned as stored");
+    }
+}

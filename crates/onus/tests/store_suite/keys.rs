@@ -136,3 +136,51 @@ pub(crate) async fn rate_windows_are_taken_all_or_none(backend: Backend) {
         RateDecision::Spent(w.now + secs(3600))
     );
 }
+
+/// A key paused holds its waiting jobs, says until when and how many, and a resume makes them
+/// due at once; an `Extend` pause never shortens one in force.
+pub(crate) async fn a_key_pause_holds_its_jobs_until_resumed(backend: Backend) {
+    use onus::store::PauseMode;
+    let w = world(backend).await;
+    let keyed = InsertRow {
+        lease_key: Some("k".into()),
+        ..w.row("a")
+    };
+    let a = w.insert(keyed.clone()).await;
+    w.insert(keyed).await;
+    w.insert(w.row("a")).await;
+    let until = w.now + secs(600);
+    let held = w
+        .store
+        .pause_key("k", until, w.now, "ops", PauseMode::Replace);
+    assert_eq!(held.await.unwrap(), 2);
+    let shorter = w.now + secs(5);
+    w.store
+        .pause_key("k", shorter, w.now, "answer", PauseMode::Extend)
+        .await
+        .unwrap();
+    assert_eq!(w.store.paused_until("k", w.now).await.unwrap(), Some(until));
+    let keys = w.store.paused_keys(w.now).await.unwrap();
+    assert_eq!(
+        keys.iter()
+            .map(|k| (k.key.as_str(), k.until, k.held))
+            .collect::<Vec<_>>(),
+        [("k", until, 2)]
+    );
+    assert_eq!(
+        w.claim(&["a"], 10, w.now + secs(1)).await.len(),
+        1,
+        "only the unkeyed job"
+    );
+    let later = w.now + secs(2);
+    assert_eq!(w.store.resume_key("k", later).await.unwrap(), Some(2));
+    assert_eq!(
+        w.store.resume_key("k", later).await.unwrap(),
+        None,
+        "not paused"
+    );
+    assert_eq!(w.store.paused_until("k", later).await.unwrap(), None);
+    assert!(w.store.paused_keys(later).await.unwrap().is_empty());
+    assert!(w.get(&a).await.run_at <= later);
+    assert_eq!(w.claim(&["a"], 10, later).await.len(), 2);
+}

@@ -121,11 +121,13 @@ async fn on(backend: Backend) -> Backend {
 onus_testkit::both!(setup = crate::on;
     insert: [
         a_batch_insert_returns_every_row_in_order_as_stored,
+        an_insert_claims_only_due_rows_of_unpaused_queues,
     ],
     claim: [
         claim_takes_due_jobs_of_known_kinds_once,
         claims_through_a_backlog_miss_nothing_sorting_before_what_they_took,
         a_paused_queue_claims_nothing_until_resumed,
+        a_capped_kind_takes_no_more_than_its_room,
     ],
     finish: [
         finish_applies_only_for_the_lease_holder,
@@ -136,6 +138,7 @@ onus_testkit::both!(setup = crate::on;
         a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter,
         a_rate_window_counts_uses_and_names_the_next_window,
         rate_windows_are_taken_all_or_none,
+        a_key_pause_holds_its_jobs_until_resumed,
     ],
     manage: [
         retry_cancel_and_retention,
@@ -145,9 +148,11 @@ onus_testkit::both!(setup = crate::on;
     ],
     periodic: [
         a_period_is_enqueued_once,
+        a_schedule_skips_pauses_and_resumes,
     ],
     maintenance: [
         leadership_is_held_by_one_until_it_expires,
         migrations_are_recorded_per_line,
+        counters_and_history_follow_every_change_folded_or_not,
     ],
 );

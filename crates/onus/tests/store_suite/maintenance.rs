@@ -59,3 +59,40 @@ async fn both_backends_create_the_same_tables_and_columns() {
         "columns only SQLite's migrations create, and only PostgreSQL's"
     );
 }
+
+/// The counters follow inserts, claims and finishes, the history counts the finishes by minute,
+/// and folding the counters changes neither.
+pub(crate) async fn counters_and_history_follow_every_change_folded_or_not(backend: Backend) {
+    let w = world(backend).await;
+    for _ in 0..3 {
+        w.insert(w.row("a")).await;
+    }
+    let job = w.claim(&["a"], 1, w.now).await.remove(0);
+    let done = w.now + secs(1);
+    let f = w.finish(&job, Transition::Complete, done);
+    assert_eq!(w.store.finish(vec![f]).await.unwrap(), vec![true]);
+    let counts = |rows: Vec<onus::store::CountRow>| {
+        let mut v: Vec<(JobState, u64)> = rows
+            .into_iter()
+            .filter(|r| r.count > 0 && r.kind == "a")
+            .map(|r| (r.state, r.count))
+            .collect();
+        v.sort_by_key(|(s, _)| s.as_str());
+        v
+    };
+    let want = vec![(JobState::Available, 2), (JobState::Completed, 1)];
+    assert_eq!(counts(w.store.counts().await.unwrap()), want);
+    let history = w.store.history(w.now - secs(60)).await.unwrap();
+    let finished: Vec<(&str, JobState, u64)> = history
+        .iter()
+        .map(|h| (h.kind.as_str(), h.state, h.count))
+        .collect();
+    assert_eq!(finished, [("a", JobState::Completed, 1)]);
+    w.store.fold_counts(w.now - secs(3600)).await.unwrap();
+    assert_eq!(
+        counts(w.store.counts().await.unwrap()),
+        want,
+        "folded alike"
+    );
+    assert_eq!(w.store.history(w.now - secs(60)).await.unwrap(), history);
+}
