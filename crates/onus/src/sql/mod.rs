@@ -203,11 +203,11 @@ pub trait Tx {
     /// Runs `sql`, several statements without parameters (a migration file, `BEGIN`).
     async fn batch(&self, sql: &str) -> StoreResult<()>;
 
-    /// The connection underneath, for the job store's statements that differ by engine (bulk
-    /// insert, batch finish): not for components, which write [`Sql`] through `query` and
+    /// The backend's own transaction underneath, for the job store's statements that differ by
+    /// engine (bulk insert): not for components, which write [`Sql`] through `query` and
     /// `execute`.
     #[doc(hidden)]
-    fn engine(&self) -> Engine<'_>;
+    fn engine(&self) -> AnyTx<'_>;
 
     /// Takes the lock named `name` until this transaction ends: on PostgreSQL a transaction-level
     /// advisory lock, so writers of the same name queue up; on SQLite nothing, since its one
@@ -241,7 +241,7 @@ pub trait Tx {
 /// The caller's own open SQLite transaction (or any connection inside one).
 #[derive(Debug, Clone, Copy)]
 pub struct SqliteTx<'c> {
-    conn: &'c rusqlite::Connection,
+    pub(crate) conn: &'c rusqlite::Connection,
 }
 
 impl<'c> SqliteTx<'c> {
@@ -269,15 +269,15 @@ impl Tx for SqliteTx<'_> {
         self.conn.execute_batch(sql).map_err(sqlite::error)
     }
 
-    fn engine(&self) -> Engine<'_> {
-        Engine::Sqlite(self.conn)
+    fn engine(&self) -> AnyTx<'_> {
+        AnyTx::Sqlite(*self)
     }
 }
 
 /// An open PostgreSQL transaction: the caller's own, or one of the store's pool (whose
 /// connections keep each statement prepared).
 #[derive(Debug, Clone, Copy)]
-pub struct PgTx<'c>(PgConn<'c>);
+pub struct PgTx<'c>(pub(crate) PgConn<'c>);
 
 impl<'c> PgTx<'c> {
     /// Wraps the caller's open transaction (a `deadpool_postgres::Transaction` derefs to one).
@@ -327,8 +327,8 @@ impl Tx for PgTx<'_> {
         .map_err(postgres::error)
     }
 
-    fn engine(&self) -> Engine<'_> {
-        Engine::Postgres(self.0)
+    fn engine(&self) -> AnyTx<'_> {
+        AnyTx::Postgres(*self)
     }
 }
 
@@ -370,22 +370,9 @@ impl Tx for AnyTx<'_> {
         }
     }
 
-    fn engine(&self) -> Engine<'_> {
-        match self {
-            AnyTx::Sqlite(t) => t.engine(),
-            AnyTx::Postgres(t) => t.engine(),
-        }
+    fn engine(&self) -> AnyTx<'_> {
+        *self
     }
-}
-
-/// The connection under a [`Tx`].
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub enum Engine<'c> {
-    /// A SQLite connection inside a transaction.
-    Sqlite(&'c rusqlite::Connection),
-    /// A PostgreSQL connection or transaction.
-    Postgres(PgConn<'c>),
 }
 
 /// A PostgreSQL connection under a [`PgTx`].

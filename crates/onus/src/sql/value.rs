@@ -187,46 +187,24 @@ pub(crate) fn from_sqlite(v: rusqlite::types::ValueRef<'_>) -> Value {
 
 /// A PostgreSQL column value; an unsupported column type is an error naming it.
 pub(crate) fn from_postgres(row: &tokio_postgres::Row, i: usize) -> Result<Value, String> {
+    fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+        row: &'a tokio_postgres::Row,
+        i: usize,
+    ) -> Result<Option<T>, String> {
+        row.try_get(i).map_err(|e| e.to_string())
+    }
     let ty = row.columns()[i].type_();
-    let e = |e: tokio_postgres::Error| e.to_string();
     let v = match *ty {
-        Type::BOOL => row
-            .try_get::<_, Option<bool>>(i)
-            .map_err(e)?
-            .map(Value::Bool),
-        Type::INT8 => row.try_get::<_, Option<i64>>(i).map_err(e)?.map(Value::Int),
-        Type::INT4 => row
-            .try_get::<_, Option<i32>>(i)
-            .map_err(e)?
-            .map(|v| Value::Int(v.into())),
-        Type::INT2 => row
-            .try_get::<_, Option<i16>>(i)
-            .map_err(e)?
-            .map(|v| Value::Int(v.into())),
-        Type::FLOAT8 => row
-            .try_get::<_, Option<f64>>(i)
-            .map_err(e)?
-            .map(Value::Float),
-        Type::FLOAT4 => row
-            .try_get::<_, Option<f32>>(i)
-            .map_err(e)?
-            .map(|v| Value::Float(v.into())),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row
-            .try_get::<_, Option<String>>(i)
-            .map_err(e)?
-            .map(Value::Text),
-        Type::TIMESTAMPTZ => row
-            .try_get::<_, Option<Timestamp>>(i)
-            .map_err(e)?
-            .map(Value::Time),
-        Type::JSON | Type::JSONB => row
-            .try_get::<_, Option<serde_json::Value>>(i)
-            .map_err(e)?
-            .map(Value::Json),
-        Type::BYTEA => row
-            .try_get::<_, Option<Vec<u8>>>(i)
-            .map_err(e)?
-            .map(Value::Bytes),
+        Type::BOOL => get(row, i)?.map(Value::Bool),
+        Type::INT8 => get(row, i)?.map(Value::Int),
+        Type::INT4 => get::<i32>(row, i)?.map(Value::from),
+        Type::INT2 => get::<i16>(row, i)?.map(Value::from),
+        Type::FLOAT8 => get(row, i)?.map(Value::Float),
+        Type::FLOAT4 => get::<f32>(row, i)?.map(|v| Value::Float(v.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => get(row, i)?.map(Value::Text),
+        Type::TIMESTAMPTZ => get(row, i)?.map(Value::Time),
+        Type::JSON | Type::JSONB => get(row, i)?.map(Value::Json),
+        Type::BYTEA => get(row, i)?.map(Value::Bytes),
         _ => return Err(format!("the column type {ty} is not one Onus reads")),
     };
     Ok(v.unwrap_or(Value::Null))

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::sql::{AnyTx, Engine, FromRow, Line, LocalFuture, PgConn, Sql, Tx, TxFn, Value};
+use crate::sql::{AnyTx, FromRow, Line, LocalFuture, PgConn, PgTx, Sql, Tx, TxFn, Value};
 use crate::store::{Finish, InsertRow, Inserted, Store, StoreError, StoreResult};
 
 /// The job store's operations inside an open transaction: on [`Db::tx`]'s, or on the caller's
@@ -23,7 +23,7 @@ pub trait JobTx: Tx {
     /// must still be running this attempt for its owner): false when it was not. Handlers use it
     /// through [`crate::JobContext::complete_with`].
     async fn finish_job(&self, finish: &Finish) -> StoreResult<bool> {
-        if let Engine::Postgres(PgConn::PooledClient(_)) = self.engine() {
+        if let AnyTx::Postgres(PgTx(PgConn::PooledClient(_))) = self.engine() {
             return Err(StoreError::Query(
                 "a finished attempt is recorded inside a transaction, not on a bare connection"
                     .into(),

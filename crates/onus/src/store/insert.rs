@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::clock::{from_micros, Timestamp};
 use crate::job::JobState;
-use crate::sql::{Backend, Engine, Sql, Tx, Value};
+use crate::sql::{AnyTx, Backend, Sql, Tx, Value};
 use crate::store::{manage, postgres, sqlite, taken, InsertClaim, InsertRow, Inserted};
 use crate::store::{StoreError, StoreResult};
 
@@ -78,10 +78,10 @@ pub(crate) async fn insert<T: Tx + ?Sized>(
         if rows.peek().is_none_or(|r| r.unique_key.is_some()) {
             let run = std::mem::take(&mut run);
             match tx.engine() {
-                Engine::Sqlite(conn) => sqlite::insert_run(conn, run, &mut out)?,
-                Engine::Postgres(pg) => {
+                AnyTx::Sqlite(t) => sqlite::insert_run(t.conn, run, &mut out)?,
+                AnyTx::Postgres(pg) => {
                     let took = &take[out.len()..out.len() + run.len()];
-                    out.extend(postgres::insert_bulk(pg, &run, took, claim, false).await?);
+                    out.extend(postgres::insert_bulk(pg.0, &run, took, claim, false).await?);
                 }
             }
         }
