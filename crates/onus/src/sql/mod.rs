@@ -219,6 +219,15 @@ pub trait Tx {
         }
     }
 
+    /// Runs `sql`, a count, and returns its first row's column `n` (0 when it returned no row or a
+    /// negative number).
+    async fn count(&self, sql: &Sql, params: &[Value]) -> StoreResult<u64> {
+        match self.query(sql, params).await?.first() {
+            Some(r) => Ok(r.get::<i64>("n")?.max(0) as u64),
+            None => Ok(0),
+        }
+    }
+
     /// Runs `sql` and decodes each row as `R`.
     async fn fetch<R: FromRow>(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<R>> {
         self.query(sql, params)

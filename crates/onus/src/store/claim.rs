@@ -70,11 +70,8 @@ async fn with_caps<T: Tx + ?Sized>(tx: &T, req: &ClaimRequest, sql: &Sql) -> Sto
     let mut rooms: BTreeMap<&str, i64> = BTreeMap::new();
     for (kind, cap) in capped {
         tx.lock(&format!("onus.cap:{kind}")).await?;
-        let running: i64 = match tx.query(&RUNNING, &[kind.as_str().into()]).await?.first() {
-            Some(r) => r.get("n")?,
-            None => 0,
-        };
-        rooms.insert(kind.as_str(), (i64::from(*cap) - running).max(0));
+        let running = tx.count(&RUNNING, &[kind.as_str().into()]).await?;
+        rooms.insert(kind.as_str(), (i64::from(*cap) - running as i64).max(0));
     }
     let mut out: Vec<Job> = Vec::new();
     loop {

@@ -107,14 +107,6 @@ static WAKE_WAITER: Sql = Sql::per_backend(
      SELECT pg_notify('onus_jobs', queue) FROM woken",
 );
 
-struct Count(i64);
-
-impl FromRow for Count {
-    fn from_row(r: &Row) -> StoreResult<Self> {
-        Ok(Count(r.get("n")?))
-    }
-}
-
 impl FromRow for PausedKey {
     fn from_row(r: &Row) -> StoreResult<Self> {
         Ok(PausedKey {
@@ -185,8 +177,7 @@ pub(crate) async fn pause<T: Tx + ?Sized>(
 
 /// How many jobs `key`'s pause holds.
 pub(crate) async fn held<T: Tx + ?Sized>(tx: &T, key: &str) -> StoreResult<u64> {
-    let n: Option<Count> = tx.fetch_opt(&HELD, &[key.into()]).await?;
-    Ok(n.map_or(0, |c| c.0.max(0) as u64))
+    tx.count(&HELD, &[key.into()]).await
 }
 
 /// Ends `key`'s pause and makes its held jobs due at `now`: how many, or `None` when the key was
@@ -205,14 +196,11 @@ pub(crate) async fn resume<T: Tx + ?Sized>(
     if !in_force {
         return Ok(None);
     }
+    let params = [now.into(), key.into()];
     let n = match tx.backend() {
-        crate::sql::Backend::Sqlite => tx.execute(&RELEASE_HELD, &[now.into(), key.into()]).await?,
-        crate::sql::Backend::Postgres => {
-            let c: Option<Count> = tx
-                .fetch_opt(&RELEASE_HELD, &[now.into(), key.into()])
-                .await?;
-            c.map_or(0, |c| c.0.max(0) as u64)
-        }
+        crate::sql::Backend::Sqlite => tx.execute(&RELEASE_HELD, &params).await?,
+        // The statement also tells idle workers, and returns the count as `n`.
+        crate::sql::Backend::Postgres => tx.count(&RELEASE_HELD, &params).await?,
     };
     Ok(Some(n))
 }

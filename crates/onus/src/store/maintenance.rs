@@ -126,19 +126,10 @@ pub(crate) async fn alert<T: Tx + ?Sized>(tx: &T, id: i64) -> StoreResult<Option
     tx.fetch_opt(&ALERT, &[id.into()]).await
 }
 
-struct Count(i64);
-
-impl FromRow for Count {
-    fn from_row(r: &Row) -> StoreResult<Self> {
-        Ok(Count(r.get("n")?))
-    }
-}
-
 /// How many alerts are open, counting no further than `cap`.
 pub(crate) async fn open_alerts_upto<T: Tx + ?Sized>(tx: &T, cap: u64) -> StoreResult<u64> {
     let cap = i64::try_from(cap).unwrap_or(i64::MAX);
-    let n: Option<Count> = tx.fetch_opt(&OPEN_ALERTS_UPTO, &[cap.into()]).await?;
-    Ok(n.map_or(0, |c| c.0.max(0) as u64))
+    tx.count(&OPEN_ALERTS_UPTO, &[cap.into()]).await
 }
 
 /// Acknowledges an alert (again: keeps the first time); false when there is none with that id.
