@@ -315,7 +315,7 @@ impl JobContext {
     where
         F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
         R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
+        E: From<StoreError> + std::fmt::Display + Send + 'static,
     {
         let finish = crate::store::Finish {
             result: self.kept_result(),

@@ -119,12 +119,22 @@ static ADVISORY_LOCK: Sql = Sql::new(
 );
 
 /// One row of a result, decoded column by column with [`Row::get`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Row {
     backend: Backend,
     table: &'static str,
     columns: Arc<[String]>,
     values: Vec<Value>,
+    /// Where [`Row::take`] looks first: after the column it took last (a decoder that takes the
+    /// columns in their order finds each at once).
+    next: usize,
+}
+
+impl PartialEq for Row {
+    fn eq(&self, other: &Self) -> bool {
+        (self.backend, self.table, &self.columns, &self.values)
+            == (other.backend, other.table, &other.columns, &other.values)
+    }
 }
 
 impl Row {
@@ -139,6 +149,7 @@ impl Row {
             table,
             columns,
             values,
+            next: 0,
         }
     }
 
@@ -152,7 +163,11 @@ impl Row {
     /// As [`Row::get`], moving the value out (it reads as NULL afterwards): no copy of a text or
     /// JSON value.
     pub fn take<T: FromValue>(&mut self, column: &str) -> StoreResult<T> {
-        let at = self.at(column)?;
+        let at = match self.columns.get(self.next) {
+            Some(c) if c == column && self.next < self.values.len() => self.next,
+            _ => self.at(column)?,
+        };
+        self.next = at + 1;
         let v = std::mem::replace(&mut self.values[at], Value::Null);
         T::from_owned(v, self.backend).map_err(|problem| self.decode(column, problem))
     }
@@ -182,6 +197,11 @@ impl Row {
 pub trait FromRow: Sized {
     /// Decodes one row.
     fn from_row(row: &Row) -> StoreResult<Self>;
+
+    /// Decodes one row it may take values from ([`Row::take`]) instead of copying them.
+    fn from_owned(row: Row) -> StoreResult<Self> {
+        Self::from_row(&row)
+    }
 }
 
 /// An open transaction on either backend. Write each operation once as an `async fn` generic
@@ -232,18 +252,15 @@ pub trait Tx {
     async fn fetch<R: FromRow>(&self, sql: &Sql, params: &[Value]) -> StoreResult<Vec<R>> {
         self.query(sql, params)
             .await?
-            .iter()
-            .map(R::from_row)
+            .into_iter()
+            .map(R::from_owned)
             .collect()
     }
 
     /// Runs `sql` and decodes its first row as `R`, if it returned one.
     async fn fetch_opt<R: FromRow>(&self, sql: &Sql, params: &[Value]) -> StoreResult<Option<R>> {
-        self.query(sql, params)
-            .await?
-            .first()
-            .map(R::from_row)
-            .transpose()
+        let first = self.query(sql, params).await?.into_iter().next();
+        first.map(R::from_owned).transpose()
     }
 }
 
@@ -299,7 +316,8 @@ impl<'c> PgTx<'c> {
         PgTx(PgConn::PooledTx(tx))
     }
 
-    /// A pooled connection outside any transaction, for reads.
+    /// A pooled connection outside any transaction: reads, and writes of one statement (each its
+    /// own transaction).
     pub(crate) fn pooled_client(c: &'c deadpool_postgres::Object) -> Self {
         PgTx(PgConn::PooledClient(c))
     }
@@ -392,7 +410,7 @@ pub enum PgConn<'c> {
     Tx(&'c tokio_postgres::Transaction<'c>),
     /// A transaction of the store's pool (statements prepared once per connection).
     PooledTx(&'c deadpool_postgres::Transaction<'c>),
-    /// A connection of the store's pool outside any transaction (reads).
+    /// A connection of the store's pool outside any transaction (reads, one-statement writes).
     PooledClient(&'c deadpool_postgres::Object),
 }
 

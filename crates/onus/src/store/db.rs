@@ -60,7 +60,7 @@ impl Db {
     where
         F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
         R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
+        E: From<StoreError> + std::fmt::Display + Send + 'static,
     {
         run_on(&*self.store, op, false).await
     }
@@ -70,7 +70,7 @@ impl Db {
     where
         F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
         R: Send + 'static,
-        E: From<StoreError> + Send + 'static,
+        E: From<StoreError> + std::fmt::Display + Send + 'static,
     {
         run_on(&*self.store, op, true).await
     }
@@ -109,7 +109,7 @@ where
     S: Store + ?Sized,
     F: for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + 'static,
     R: Send + 'static,
-    E: From<StoreError> + Send + 'static,
+    E: From<StoreError> + std::fmt::Display + Send + 'static,
 {
     type Slot<R, E> = Arc<Mutex<Option<Result<R, E>>>>;
     let slot: Slot<R, E> = Arc::new(Mutex::new(None));
@@ -117,13 +117,14 @@ where
     let f: TxFn = Box::new(move |tx| {
         Box::pin(async move {
             let r = op(tx).await;
-            let failed = r.is_err();
+            // The store sees the operation's own error (SQLite names it to the other writes of
+            // a batch it ended); the caller gets the error itself from the slot.
+            let seen = match &r {
+                Err(e) => Err(StoreError::Query(e.to_string(), None)),
+                Ok(_) => Ok(()),
+            };
             *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            if failed {
-                Err(StoreError::Aborted)
-            } else {
-                Ok(())
-            }
+            seen
         })
     });
     let ran = if read_only {

@@ -90,7 +90,8 @@ pub(crate) async fn insert<T: Tx + ?Sized>(
         Backend::Sqlite => count(tx, &out).await?,
         Backend::Postgres => notify(tx, &out).await?,
     }
-    if let Some(claim) = claim {
+    // PostgreSQL's bulk statement claimed its rows itself.
+    if let (Some(claim), Backend::Sqlite) = (claim, tx.backend()) {
         claim_inserted(tx, &mut out, &take, claim).await?;
     }
     Ok(out)
@@ -163,8 +164,7 @@ async fn notify<T: Tx + ?Sized>(tx: &T, out: &[Inserted]) -> StoreResult<()> {
     Ok(())
 }
 
-/// Writes `running` the rows `take` marks that are still due now (a bulk statement may have
-/// claimed them already), unless their queue is paused by hand.
+/// Writes `running` the rows `take` marks that are due now, unless their queue is paused by hand.
 async fn claim_inserted<T: Tx + ?Sized>(
     tx: &T,
     out: &mut [Inserted],

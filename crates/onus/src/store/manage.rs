@@ -17,9 +17,33 @@ pub(crate) fn job(mut r: Row) -> StoreResult<Job> {
         column: column.to_string(),
         problem,
     };
+    // Taken in the columns' order (see `Row::take`).
+    let (id, kind, queue, args, priority) = (
+        r.take("id")?,
+        r.take("kind")?,
+        r.take("queue")?,
+        r.take("args")?,
+        r.take("priority")?,
+    );
     let state: String = r.take("state")?;
-    let reason: Option<String> = r.take("discard_reason")?;
+    let (attempt, max_attempts, run_at, created_at, attempted_at, finalized_at) = (
+        r.take("attempt")?,
+        r.take("max_attempts")?,
+        r.take("run_at")?,
+        r.take("created_at")?,
+        r.take("attempted_at")?,
+        r.take("finalized_at")?,
+    );
     let errors: Json<Vec<HistoryEntry>> = r.take("errors")?;
+    let snoozes = r.take("snoozes")?;
+    let reason: Option<String> = r.take("discard_reason")?;
+    let (unique_key, lease_key, lease_owner, lease_expires_at, cancel_requested) = (
+        r.take("unique_key")?,
+        r.take("lease_key")?,
+        r.take("lease_owner")?,
+        r.take("lease_expires_at")?,
+        r.take("cancel_requested")?,
+    );
     let tags: Json<Vec<String>> = r.take("tags")?;
     let progress: Option<Json<Progress>> = if r.has("progress") {
         r.take("progress")?
@@ -27,29 +51,29 @@ pub(crate) fn job(mut r: Row) -> StoreResult<Job> {
         None
     };
     Ok(Job {
-        id: r.take("id")?,
-        kind: r.take("kind")?,
-        queue: r.take("queue")?,
-        args: r.take("args")?,
-        priority: r.take("priority")?,
+        id,
+        kind,
+        queue,
+        args,
+        priority,
         state: state.parse().map_err(|e| parsed("state", e))?,
-        attempt: r.take("attempt")?,
-        max_attempts: r.take("max_attempts")?,
-        run_at: r.take("run_at")?,
-        created_at: r.take("created_at")?,
-        attempted_at: r.take("attempted_at")?,
-        finalized_at: r.take("finalized_at")?,
+        attempt,
+        max_attempts,
+        run_at,
+        created_at,
+        attempted_at,
+        finalized_at,
         errors: errors.0,
-        snoozes: r.take("snoozes")?,
+        snoozes,
         discard_reason: reason
             .map(|s| s.parse::<DiscardReason>())
             .transpose()
             .map_err(|e| parsed("discard_reason", e))?,
-        unique_key: r.take("unique_key")?,
-        lease_key: r.take("lease_key")?,
-        lease_owner: r.take("lease_owner")?,
-        lease_expires_at: r.take("lease_expires_at")?,
-        cancel_requested: r.take("cancel_requested")?,
+        unique_key,
+        lease_key,
+        lease_owner,
+        lease_expires_at,
+        cancel_requested,
         tags: tags.0,
         progress: progress.map(|p| p.0),
         result: if r.has("result") {
@@ -68,6 +92,10 @@ pub(crate) fn jobs(rows: Vec<Row>) -> StoreResult<Vec<Job>> {
 impl FromRow for Job {
     fn from_row(r: &Row) -> StoreResult<Self> {
         job(r.clone())
+    }
+
+    fn from_owned(r: Row) -> StoreResult<Self> {
+        job(r)
     }
 }
 

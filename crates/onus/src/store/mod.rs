@@ -129,15 +129,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         owner: &str,
         held: &[HeldJob],
         lease_until: Timestamp,
-    ) -> StoreResult<Renewal> {
-        let (owner, held) = (owner.to_string(), held.to_vec());
-        flow!(self, write, |tx| attempts::renew(
-            tx,
-            &owner,
-            &held,
-            lease_until
-        ))
-    }
+    ) -> StoreResult<Renewal>;
 
     /// One job.
     async fn get(&self, id: JobId) -> StoreResult<Option<Job>> {

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use super::*;
 use crate::clock::{from_micros, Timestamp};
 use crate::job::{Job, JobId};
-use crate::sql::{Backend, Sql};
+use crate::sql::{Backend, Sql, Tx, Value};
 
 pub use rusqlite;
 
@@ -708,6 +708,16 @@ impl Store for SqliteStore {
         ))
     }
 
+    async fn heartbeat(
+        &self,
+        owner: &str,
+        held: &[HeldJob],
+        lease_until: Timestamp,
+    ) -> StoreResult<Renewal> {
+        let (owner, held) = (owner.to_string(), held.to_vec());
+        flow!(self, write, |tx| renew(tx, &owner, &held, lease_until))
+    }
+
     /// Another process's commits, seen by the writer ([`SqliteOptions::watch_interval`]). One
     /// listener at a time: a second call takes the watch over.
     async fn listen(&self) -> StoreResult<Option<tokio::sync::mpsc::UnboundedReceiver<Notice>>> {
@@ -717,4 +727,39 @@ impl Store for SqliteStore {
         self.write(|_| Ok(())).await?;
         Ok(Some(rx))
     }
+}
+
+static RENEW: Sql = Sql::new(
+    "onus_jobs",
+    "UPDATE onus_jobs SET lease_expires_at = $1
+     WHERE state = 'running' AND lease_owner = $2 AND id IN (SELECT value FROM json_each($3))
+     RETURNING id, attempt, cancel_requested",
+);
+
+static RENEW_SLOTS: Sql = Sql::new(
+    "onus_leases",
+    "UPDATE onus_leases SET busy_until = $1
+     WHERE busy_until < $1 AND job_id IN (SELECT value FROM json_each($2))",
+);
+
+/// Extends to `lease_until` the leases of the jobs in `held` that `owner` still runs, and the
+/// lease-key slots they hold: only those listed, so a row the process lost track of keeps its old
+/// lease, which runs out, and the rescuer takes it.
+async fn renew<T: Tx + ?Sized>(
+    tx: &T,
+    owner: &str,
+    held: &[HeldJob],
+    lease_until: Timestamp,
+) -> StoreResult<Renewal> {
+    let ids = Value::list(held.iter().map(|h| h.id));
+    let params = [lease_until.into(), owner.into(), ids];
+    let mut rows = Vec::new();
+    for r in tx.query(&RENEW, &params).await? {
+        rows.push((r.get("id")?, r.get("attempt")?, r.get("cancel_requested")?));
+    }
+    let renewal = Renewal::of(held, &rows);
+    let renewed = Value::list(renewal.renewed.iter().copied());
+    tx.execute(&RENEW_SLOTS, &[lease_until.into(), renewed])
+        .await?;
+    Ok(renewal)
 }
