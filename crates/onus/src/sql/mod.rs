@@ -124,16 +124,48 @@ pub struct Row {
     backend: Backend,
     table: &'static str,
     columns: Arc<[String]>,
-    values: Vec<Value>,
+    values: Values,
     /// Where [`Row::take`] looks first: after the column it took last (a decoder that takes the
     /// columns in their order finds each at once).
     next: usize,
 }
 
+/// A row's values: SQLite's read at once (its connection is needed to read them), PostgreSQL's
+/// kept as the driver received them and each decoded straight into the type asked for.
+#[derive(Debug, Clone)]
+enum Values {
+    Read(Vec<Value>),
+    Postgres(Arc<tokio_postgres::Row>),
+}
+
+impl Values {
+    fn len(&self) -> usize {
+        match self {
+            Values::Read(v) => v.len(),
+            Values::Postgres(r) => r.len(),
+        }
+    }
+
+    /// Every value, for comparing rows.
+    fn all(&self) -> Vec<Value> {
+        match self {
+            Values::Read(v) => v.clone(),
+            Values::Postgres(r) => (0..r.len())
+                .map(|i| value::from_postgres(r, i).unwrap_or(Value::Null))
+                .collect(),
+        }
+    }
+}
+
 impl PartialEq for Row {
     fn eq(&self, other: &Self) -> bool {
-        (self.backend, self.table, &self.columns, &self.values)
-            == (other.backend, other.table, &other.columns, &other.values)
+        (self.backend, self.table, &self.columns, self.values.all())
+            == (
+                other.backend,
+                other.table,
+                &other.columns,
+                other.values.all(),
+            )
     }
 }
 
@@ -148,7 +180,22 @@ impl Row {
             backend,
             table,
             columns,
-            values,
+            values: Values::Read(values),
+            next: 0,
+        }
+    }
+
+    /// A row as PostgreSQL's driver received it.
+    pub(crate) fn postgres(
+        table: &'static str,
+        columns: Arc<[String]>,
+        row: tokio_postgres::Row,
+    ) -> Self {
+        Row {
+            backend: Backend::Postgres,
+            table,
+            columns,
+            values: Values::Postgres(Arc::new(row)),
             next: 0,
         }
     }
@@ -156,20 +203,30 @@ impl Row {
     /// The value of `column` as `T`; an error names the table and column when the column is
     /// missing, NULL where `T` allows none, or of another type.
     pub fn get<T: FromValue>(&self, column: &str) -> StoreResult<T> {
-        let v = &self.values[self.at(column)?];
-        T::from_value(v, self.backend).map_err(|problem| self.decode(column, problem))
+        let at = self.at(column)?;
+        match &self.values {
+            Values::Read(v) => T::from_value(&v[at], self.backend),
+            Values::Postgres(r) => T::from_postgres_column(r, at),
+        }
+        .map_err(|problem| self.decode(column, problem))
     }
 
-    /// As [`Row::get`], moving the value out (it reads as NULL afterwards): no copy of a text or
-    /// JSON value.
+    /// As [`Row::get`], moving the value out where it was read already (it reads as NULL
+    /// afterwards): no copy of a text or JSON value.
     pub fn take<T: FromValue>(&mut self, column: &str) -> StoreResult<T> {
         let at = match self.columns.get(self.next) {
             Some(c) if c == column && self.next < self.values.len() => self.next,
             _ => self.at(column)?,
         };
         self.next = at + 1;
-        let v = std::mem::replace(&mut self.values[at], Value::Null);
-        T::from_owned(v, self.backend).map_err(|problem| self.decode(column, problem))
+        match &mut self.values {
+            Values::Read(v) => {
+                let v = std::mem::replace(&mut v[at], Value::Null);
+                T::from_owned(v, self.backend)
+            }
+            Values::Postgres(r) => T::from_postgres_column(r, at),
+        }
+        .map_err(|problem| self.decode(column, problem))
     }
 
     /// Whether the result has `column`.

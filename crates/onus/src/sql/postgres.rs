@@ -131,21 +131,10 @@ pub(crate) async fn query(
         .iter()
         .map(|c| c.name().to_string())
         .collect();
-    rows.iter()
-        .map(|r| {
-            let values = (0..columns.len())
-                .map(|i| {
-                    crate::sql::value::from_postgres(r, i).map_err(|problem| StoreError::Decode {
-                        table,
-                        column: columns[i].clone(),
-                        problem,
-                    })
-                })
-                .collect::<StoreResult<Vec<_>>>()?;
-            let b = crate::sql::Backend::Postgres;
-            Ok(crate::sql::Row::new(b, table, columns.clone(), values))
-        })
-        .collect()
+    Ok(rows
+        .into_iter()
+        .map(|r| crate::sql::Row::postgres(table, columns.clone(), r))
+        .collect())
 }
 
 /// Runs a PostgreSQL statement on `e` (prepared as [`query`] does); returns the rows it changed.

@@ -221,6 +221,38 @@ pub trait FromValue: Sized {
     fn from_owned(v: Value, backend: Backend) -> Result<Self, String> {
         Self::from_value(&v, backend)
     }
+
+    /// Decodes column `i` of a row PostgreSQL's driver received; the common types straight from
+    /// the driver's bytes, the others (and every error, for its message) through a [`Value`].
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        Self::from_owned(from_postgres(row, i)?, Backend::Postgres)
+    }
+}
+
+/// `T` read by the driver from column `i`, or (when the column is not `T`'s type, or NULL) the
+/// answer of the [`Value`] path, whose errors say what was found.
+fn direct<T, D>(row: &tokio_postgres::Row, i: usize) -> Result<T, String>
+where
+    T: FromValue,
+    D: for<'a> tokio_postgres::types::FromSql<'a> + Into<T>,
+{
+    match row.try_get::<_, D>(i) {
+        Ok(v) => Ok(v.into()),
+        Err(_) => T::from_owned(from_postgres(row, i)?, Backend::Postgres),
+    }
+}
+
+/// Whether a column is NULL, without decoding it.
+struct Present;
+
+impl<'a> tokio_postgres::types::FromSql<'a> for Present {
+    fn from_sql(_: &Type, _: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Present)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
 }
 
 fn expected<T>(what: &str, v: &Value) -> Result<T, String> {
@@ -250,6 +282,13 @@ impl<T: FromValue> FromValue for Option<T> {
             v => T::from_owned(v, backend).map(Some),
         }
     }
+
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        match row.try_get::<_, Option<Present>>(i) {
+            Ok(None) => Ok(None),
+            _ => T::from_postgres_column(row, i).map(Some),
+        }
+    }
 }
 
 impl FromValue for String {
@@ -266,6 +305,10 @@ impl FromValue for String {
             v => Self::from_value(&v, backend),
         }
     }
+
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        direct::<String, String>(row, i)
+    }
 }
 
 impl FromValue for i64 {
@@ -275,6 +318,14 @@ impl FromValue for i64 {
             v => expected("an integer", v),
         }
     }
+
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        match *row.columns()[i].type_() {
+            Type::INT4 => direct::<i64, i32>(row, i),
+            Type::INT2 => direct::<i64, i16>(row, i),
+            _ => direct::<i64, i64>(row, i),
+        }
+    }
 }
 
 macro_rules! int {
@@ -282,6 +333,13 @@ macro_rules! int {
         impl FromValue for $t {
             fn from_value(v: &Value, backend: Backend) -> Result<Self, String> {
                 let i = i64::from_value(v, backend)?;
+                <$t>::try_from(i).map_err(|_| {
+                    format!("{i} is out of range for {}", stringify!($t))
+                })
+            }
+
+            fn from_postgres_column(row: &tokio_postgres::Row, at: usize) -> Result<Self, String> {
+                let i = i64::from_postgres_column(row, at)?;
                 <$t>::try_from(i).map_err(|_| {
                     format!("{i} is out of range for {}", stringify!($t))
                 })
@@ -314,6 +372,10 @@ impl FromValue for bool {
             v => expected("a flag", v),
         }
     }
+
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        direct::<bool, bool>(row, i)
+    }
 }
 
 impl FromValue for Timestamp {
@@ -324,6 +386,10 @@ impl FromValue for Timestamp {
                 .ok_or_else(|| format!("{us} microseconds is out of range for a time")),
             v => expected("a time", v),
         }
+    }
+
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        direct::<Timestamp, Timestamp>(row, i)
     }
 }
 
@@ -343,6 +409,10 @@ impl FromValue for serde_json::Value {
             Value::Json(j) => Ok(j),
             v => Self::from_value(&v, backend),
         }
+    }
+
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        direct::<serde_json::Value, serde_json::Value>(row, i)
     }
 }
 
@@ -368,6 +438,14 @@ impl<T: DeserializeOwned> FromValue for Json<T> {
         serde_json::from_value(j)
             .map(Json)
             .map_err(|e| format!("JSON of the wrong shape: {e}"))
+    }
+
+    /// Read straight into `T`, without a JSON tree between.
+    fn from_postgres_column(row: &tokio_postgres::Row, i: usize) -> Result<Self, String> {
+        match row.try_get::<_, tokio_postgres::types::Json<T>>(i) {
+            Ok(j) => Ok(Json(j.0)),
+            Err(_) => Self::from_owned(from_postgres(row, i)?, Backend::Postgres),
+        }
     }
 }
 
