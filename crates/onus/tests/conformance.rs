@@ -115,6 +115,7 @@ onus_testkit::both!(
                 graceful_shutdown_returns_jobs_unspent,
                 sigkill_loses_no_job,
                 confirmed_inserts_survive_a_crash,
+                confirmed_concurrent_inserts_survive_a_crash,
                 cancel_from_another_process_reaches_the_handler,
                 many_workers_complete_each_job_exactly_once,
                 retention_prunes_finished_jobs,

@@ -13,7 +13,7 @@ pub(crate) fn driver(e: impl std::error::Error + Send + Sync + 'static) -> Drive
 }
 
 /// A storage failure, with what to do about it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database could not be opened or set up.
     #[error("{0}")]

@@ -229,8 +229,38 @@ pub async fn sigkill_loses_no_job(env: Env) {
 pub const CHILD_LEASE_SECS: i64 = 60;
 
 /// The body of the child processes the tests kill: `hold` holds 20 running jobs forever;
-/// `insert` inserts jobs one by one and prints each id once the insert is confirmed.
+/// `insert` inserts jobs one by one and prints each id once the insert is confirmed;
+/// `insert_concurrently` does so from 16 tasks at once (inserts that share commits).
 pub fn child_main(url: &str, mode: &str) {
+    if mode == "insert_concurrently" {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client = Onus::builder(onus::open(url).await.unwrap())
+                .build()
+                .unwrap()
+                .client();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            for t in 0..16 {
+                let (client, tx) = (client.clone(), tx.clone());
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        let job = NewJob::new("durable", json!({"t": t, "i": i}));
+                        let id = crate::harness::insert_id(&client, job).await;
+                        if tx.send(id).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            let mut out = std::io::stdout();
+            while let Some(id) = rx.recv().await {
+                use std::io::Write;
+                writeln!(out, "confirmed {id}").unwrap();
+                out.flush().unwrap();
+            }
+        });
+        return;
+    }
     if mode == "insert" {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
@@ -367,9 +397,18 @@ pub async fn retention_prunes_finished_jobs(env: Env) {
 }
 
 pub async fn confirmed_inserts_survive_a_crash(env: Env) {
+    confirmed_inserts_of(env, "insert").await;
+}
+
+/// Inserts from many tasks at once share commits (group commit): each is confirmed only once
+/// the commit holding it is done, so a crash loses none that was confirmed.
+pub async fn confirmed_concurrent_inserts_survive_a_crash(env: Env) {
+    confirmed_inserts_of(env, "insert_concurrently").await;
+}
+
+async fn confirmed_inserts_of(env: Env, mode: &str) {
     use tokio::io::AsyncBufReadExt;
-    let mut child =
-        crate::harness::spawn_child(&env.url, "insert", 0, std::process::Stdio::piped());
+    let mut child = crate::harness::spawn_child(&env.url, mode, 0, std::process::Stdio::piped());
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut confirmed = Vec::new();
     while confirmed.len() < 300 {

@@ -113,3 +113,58 @@ pub(crate) async fn an_insert_claims_only_due_rows_of_unpaused_queues(backend: B
         assert_eq!(i.job, w.get(&i.job).await, "returned as stored");
     }
 }
+
+/// Concurrent inserts (an API's single inserts) share commits, yet each caller gets exactly its
+/// own rows, and a row the database refuses fails only its own insert: the others are written,
+/// and an insert holding the bad row writes none of its rows.
+pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row_fails_alone(
+    backend: Backend,
+) {
+    let w = world(backend).await;
+    w.db.batch_execute(if backend == Backend::Sqlite {
+        "CREATE TRIGGER poisoned_row BEFORE INSERT ON onus_jobs WHEN NEW.kind = 'poison'
+         BEGIN SELECT RAISE(ABORT, 'poisoned row'); END"
+    } else {
+        "ALTER TABLE onus_jobs ADD CONSTRAINT poisoned_row CHECK (kind <> 'poison')"
+    })
+    .await;
+    let mut calls = Vec::new();
+    for i in 0..64 {
+        let rows: Vec<InsertRow> = (0..1 + i % 3)
+            .map(|k| InsertRow {
+                args: serde_json::json!({"i": i, "k": k}),
+                kind: if (i == 13 || i == 40) && k == i % 3 {
+                    "poison".into()
+                } else {
+                    "a".into()
+                },
+                ..w.row("a")
+            })
+            .collect();
+        let store = w.store.clone();
+        calls.push(tokio::spawn(async move { store.insert(rows).await }));
+    }
+    let mut written = 0;
+    for (i, call) in calls.into_iter().enumerate() {
+        let got = call.await.unwrap();
+        if i == 13 || i == 40 {
+            let e = got.expect_err("the insert holding the refused row fails");
+            assert!(e.to_string().contains("poisoned"), "{e}");
+            continue;
+        }
+        let got = got.unwrap();
+        assert_eq!(got.len(), 1 + i % 3, "insert {i} gets its own rows");
+        for (k, ins) in got.iter().enumerate() {
+            assert!(ins.inserted);
+            assert_eq!(
+                ins.job.args,
+                serde_json::json!({"i": i, "k": k}),
+                "insert {i}"
+            );
+            assert_eq!(ins.job, w.get(&ins.job).await, "insert {i} as stored");
+            written += 1;
+        }
+    }
+    let stored = w.store.count(&JobFilter::default()).await.unwrap();
+    assert_eq!(stored, written, "nothing of a refused insert was written");
+}

@@ -122,6 +122,7 @@ onus_testkit::both!(setup = crate::on;
     insert: [
         a_batch_insert_returns_every_row_in_order_as_stored,
         an_insert_claims_only_due_rows_of_unpaused_queues,
+        concurrent_inserts_each_get_their_own_rows_and_a_refused_row_fails_alone,
     ],
     claim: [
         claim_takes_due_jobs_of_known_kinds_once,

@@ -29,6 +29,7 @@ pub use deadpool_postgres;
 pub use tokio_postgres;
 
 pub(crate) mod connect;
+mod group;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
 fn claim_sql(text: String) -> Sql {
@@ -193,6 +194,7 @@ pub struct PostgresStore {
     target: connect::Target,
     renewals: Renewals,
     cursors: Cursors,
+    inserts: group::InsertQueue,
 }
 
 /// The connection lease renewals use, apart from the pool: a busy pool never delays a renewal,
@@ -269,6 +271,7 @@ impl PostgresStore {
         }
         drop(client);
         Ok(PostgresStore {
+            inserts: group::InsertQueue::start(pool.clone()),
             pool,
             target,
             renewals: Renewals::default(),
@@ -368,31 +371,29 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// Inserts `rows`, claiming as `claim` says: rows that carry no unique key in one statement
-    /// outside any explicit transaction (one round trip, one commit: the statement is its own
-    /// transaction, so all or none still holds), others by the insert flow in a transaction.
+    /// Inserts `rows`, claiming as `claim` says: rows that carry no unique key by the group
+    /// commit (one statement outside any explicit transaction, shared with the inserts of other
+    /// callers: see [`group`]), others by the insert flow in a transaction.
     async fn insert_with(
         &self,
         rows: Vec<InsertRow>,
         claim: Option<InsertClaim>,
     ) -> StoreResult<Vec<Inserted>> {
         if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
-            let c = self.client().await?;
             let take = taken(&rows, 0..rows.len(), claim.as_ref());
-            return insert_bulk(PgConn::PooledClient(&c), &rows, &take, claim.as_ref(), true).await;
+            return self.inserts.insert(rows, take, claim).await;
         }
         self.write(async |tx| insert::insert(tx, rows, claim.as_ref()).await)
             .await
     }
 }
 
-/// Inserts rows without unique keys in one statement. A row whose `take` is set is written
-/// `running` under `claim`, unless its queue is paused by hand.
+/// Inserts rows without unique keys in one statement. A row with a claim is written `running`
+/// under it, unless its queue is paused by hand.
 pub(crate) async fn insert_bulk(
     e: PgConn<'_>,
-    rows: &[InsertRow],
-    take: &[bool],
-    claim: Option<&InsertClaim>,
+    rows: &[&InsertRow],
+    claims: &[Option<&InsertClaim>],
     notify: bool,
 ) -> StoreResult<Vec<Inserted>> {
     let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
@@ -406,20 +407,26 @@ pub(crate) async fn insert_bulk(
     let lease_keys: Vec<Option<&str>> = rows.iter().map(|r| r.lease_key.as_deref()).collect();
     let rate_keys: Vec<Option<&str>> = rows.iter().map(|r| r.rate_key.as_deref()).collect();
     let tags: Vec<serde_json::Value> = rows.iter().map(|r| serde_json::json!(r.tags)).collect();
+    let take: Vec<bool> = claims.iter().map(Option::is_some).collect();
+    let claim_at: Vec<Option<Timestamp>> = claims.iter().map(|c| c.map(|c| c.now)).collect();
+    let owners: Vec<Option<&str>> = claims.iter().map(|c| c.map(|c| c.owner.as_str())).collect();
+    let lease_until: Vec<Option<Timestamp>> =
+        claims.iter().map(|c| c.map(|c| c.lease_until)).collect();
     let sql = format!(
             "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags,
                                     attempt, attempted_at, lease_owner, lease_expires_at, rate_key)
              SELECT kind, queue, args, priority, CASE WHEN took THEN 'running' ELSE state END, max_attempts, run_at,
                     created_at, lease_key, tags, CASE WHEN took THEN 1 ELSE 0 END,
-                    CASE WHEN took THEN $12::timestamptz END, CASE WHEN took THEN $13::text END,
-                    CASE WHEN took THEN $14::timestamptz END, rate_key
+                    CASE WHEN took THEN claim_at END, CASE WHEN took THEN owner END,
+                    CASE WHEN took THEN lease_until END, rate_key
              FROM (SELECT t.*, t.take AND NOT EXISTS (
                           SELECT 1 FROM onus_queues q WHERE q.name = t.queue AND q.paused_at IS NOT NULL) AS took
                    FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::text[], $6::integer[],
                                $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[], $11::boolean[],
-                               $15::text[])
+                               $12::timestamptz[], $13::text[], $14::timestamptz[], $15::text[])
                         WITH ORDINALITY AS t(kind, queue, args, priority, state, max_attempts, run_at, created_at,
-                                             lease_key, tags, take, rate_key, ord)) s
+                                             lease_key, tags, take, claim_at, owner, lease_until, rate_key,
+                                             ord)) s
              ORDER BY ord
              RETURNING {JOB_COLS}"
         );
@@ -433,10 +440,6 @@ pub(crate) async fn insert_bulk(
         )
     } else {
         sql
-    };
-    let (claim_at, owner, lease_until) = match claim {
-        Some(c) => (Some(c.now), Some(c.owner.as_str()), Some(c.lease_until)),
-        None => (None, None, None),
     };
     let got = crate::sql::postgres::query(
         e,
@@ -456,7 +459,7 @@ pub(crate) async fn insert_bulk(
             &tags,
             &take,
             &claim_at,
-            &owner,
+            &owners,
             &lease_until,
             &rate_keys,
         ],
