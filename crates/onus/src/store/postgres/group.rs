@@ -20,6 +20,9 @@ use crate::store::{InsertClaim, InsertRow, Inserted, StoreError, StoreResult};
 /// writer can send it (PostgreSQL flushes concurrent commits together).
 const WRITERS: usize = 2;
 
+/// An insert of this many rows or more is written on its own: it fills a statement by itself.
+pub(super) const ALONE_FROM: usize = 64;
+
 /// At most this many rows in one statement.
 const MAX_ROWS: usize = 4096;
 

@@ -371,9 +371,9 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// Inserts `rows`, claiming as `claim` says: rows that carry no unique key by the group
-    /// commit (one statement outside any explicit transaction, shared with the inserts of other
-    /// callers: see [`group`]), others by the insert flow in a transaction.
+    /// Inserts `rows`, claiming as `claim` says: rows that carry no unique key in one statement
+    /// outside any explicit transaction (a few rows by the group commit, sharing the statement
+    /// with other callers' inserts: see [`group`]), others by the insert flow in a transaction.
     async fn insert_with(
         &self,
         rows: Vec<InsertRow>,
@@ -381,7 +381,13 @@ impl PostgresStore {
     ) -> StoreResult<Vec<Inserted>> {
         if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
             let take = taken(&rows, 0..rows.len(), claim.as_ref());
-            return self.inserts.insert(rows, take, claim).await;
+            if rows.len() < group::ALONE_FROM {
+                return self.inserts.insert(rows, take, claim).await;
+            }
+            let c = self.client().await?;
+            let claims: Vec<_> = take.iter().map(|t| claim.as_ref().filter(|_| *t)).collect();
+            let rows: Vec<&InsertRow> = rows.iter().collect();
+            return insert_bulk(PgConn::PooledClient(&c), &rows, &claims, true).await;
         }
         self.write(async |tx| insert::insert(tx, rows, claim.as_ref()).await)
             .await
