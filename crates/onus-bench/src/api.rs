@@ -5,7 +5,9 @@
 //! - `POST /jobs`: jobs inserted per second, one per request, from `--clients` concurrent clients;
 //! - `POST /jobs/batch`: jobs inserted per second, in batches of 1,000;
 //! - pull workers: jobs claimed and completed per second by `--clients` concurrent workers
-//!   (`POST /queues/{name}/claim` with `limit` 50, then one `POST /jobs/{id}/complete` each).
+//!   (`POST /queues/{name}/claim` with `limit` 50, then one `POST /jobs/{id}/complete` each);
+//! - beside them, `pgbench -N` with as many clients on a fresh database of the same PostgreSQL:
+//!   the durable commits per second this machine allows one row at a time.
 //!
 //! Options: `--reps R` (3), `--n N` (single inserts, 5000; the batch and pull workloads use 10 N),
 //! `--clients C` (16).
@@ -212,6 +214,13 @@ async fn run(o: &Opts) -> Result<(), String> {
             format!("pull: claim 50 + complete each, {} workers", o.clients),
             Default::default(),
         ),
+        (
+            format!(
+                "for comparison: `pgbench -N -c {}` (durable one-row transactions/s; PostgreSQL only)",
+                o.clients
+            ),
+            Default::default(),
+        ),
     ];
     for rep in 0..o.reps {
         for (b, backend) in ["sqlite", "postgres"].into_iter().enumerate() {
@@ -226,15 +235,20 @@ async fn run(o: &Opts) -> Result<(), String> {
             rows[0].1[b].push(singles(&s, o.n, o.clients).await?);
             rows[1].1[b].push(batches(&s, o.n * 10).await?);
             rows[2].1[b].push(pull(&s, o.n * 10, o.clients).await?);
+            if backend == "postgres" {
+                let url = pg.fresh_database().await.map_err(|e| e.to_string())?;
+                let p = crate::suite::pgbench(&pg, &url, o.clients, None)?;
+                rows[3].1[b].push(p.tps);
+            }
             eprintln!("rep {rep} {backend}: done");
         }
     }
     for (name, [sqlite, postgres]) in rows {
-        println!(
-            "| {name} | {:.0} | {:.0} |",
-            median(sqlite),
-            median(postgres)
-        );
+        let sqlite = match sqlite.is_empty() {
+            true => "".to_string(),
+            false => format!("{:.0}", median(sqlite)),
+        };
+        println!("| {name} | {sqlite} | {:.0} |", median(postgres));
     }
     Ok(())
 }

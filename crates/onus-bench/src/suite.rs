@@ -280,6 +280,25 @@ fn pgbench_commit_ms(
     url: &str,
     pace: Option<std::time::Duration>,
 ) -> Result<f64, String> {
+    pgbench(pg, url, 1, pace).map(|p| p.latency_ms)
+}
+
+/// What `pgbench -N` measured.
+pub(crate) struct Pgbench {
+    /// Transactions per second.
+    pub tps: f64,
+    /// Average latency of one transaction.
+    pub latency_ms: f64,
+}
+
+/// `pgbench -N -c clients -T 5` on a fresh database `url` of `pg`, back to back or at one
+/// transaction every `pace`: the durable commit rate of this machine, beside Onus in the same run.
+pub(crate) fn pgbench(
+    pg: &onus_testkit::PgCluster,
+    url: &str,
+    clients: usize,
+    pace: Option<std::time::Duration>,
+) -> Result<Pgbench, String> {
     let bin = onus_testkit::bindir()
         .map_err(|e| e.to_string())?
         .join("pgbench");
@@ -302,11 +321,19 @@ fn pgbench_commit_ms(
     };
     run(&["-i", "-q"])?;
     let rate = pace.map(|p| format!("--rate={}", (1000 / p.as_millis().max(1)).max(1)));
-    let mut args = vec!["-N", "-c", "1", "-T", "5", "-n"];
+    let clients = clients.to_string();
+    let mut args = vec!["-N", "-c", &clients, "-j", "2", "-T", "5", "-n"];
     args.extend(rate.as_deref());
     let out = run(&args)?;
-    out.lines()
-        .find_map(|l| l.strip_prefix("latency average = "))
-        .and_then(|v| v.trim_end_matches(" ms").trim().parse::<f64>().ok())
-        .ok_or_else(|| format!("no latency average in pgbench's output: {out}"))
+    let read = |prefix: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| format!("no {prefix:?} in pgbench's output: {out}"))
+    };
+    Ok(Pgbench {
+        tps: read("tps = ")?,
+        latency_ms: read("latency average = ")?,
+    })
 }
