@@ -115,8 +115,9 @@ pub(crate) async fn an_insert_claims_only_due_rows_of_unpaused_queues(backend: B
 }
 
 /// Concurrent inserts (an API's single inserts) share commits, yet each caller gets exactly its
-/// own rows, and a row the database refuses fails only its own insert: the others are written,
-/// and an insert holding the bad row writes none of its rows.
+/// own rows, claimed under its own claim if it made one, and a row the database refuses fails only
+/// its own insert: the others are written, and an insert holding the bad row writes none of its
+/// rows.
 pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row_fails_alone(
     backend: Backend,
 ) {
@@ -142,7 +143,19 @@ pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row
             })
             .collect();
         let store = w.store.clone();
-        calls.push(tokio::spawn(async move { store.insert(rows).await }));
+        // Every fourth insert claims its first row for an owner of its own.
+        let claim = (i % 4 == 1).then(|| onus::store::InsertClaim {
+            owner: format!("owner-{i}"),
+            now: w.now,
+            lease_until: w.now + secs(30 + i as i64),
+            take: vec![true],
+        });
+        calls.push(tokio::spawn(async move {
+            match claim {
+                Some(claim) => store.insert_claiming(rows, claim).await,
+                None => store.insert(rows).await,
+            }
+        }));
     }
     let mut written = 0;
     for (i, call) in calls.into_iter().enumerate() {
@@ -156,6 +169,13 @@ pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row
         assert_eq!(got.len(), 1 + i % 3, "insert {i} gets its own rows");
         for (k, ins) in got.iter().enumerate() {
             assert!(ins.inserted);
+            let owner = format!("owner-{i}");
+            let claimed = (i % 4 == 1 && k == 0).then_some(owner.as_str());
+            assert_eq!(
+                (ins.job.lease_owner.as_deref(), ins.job.lease_expires_at),
+                (claimed, claimed.map(|_| w.now + secs(30 + i as i64))),
+                "insert {i} row {k} claimed by its own caller only"
+            );
             assert_eq!(
                 ins.job.args,
                 serde_json::json!({"i": i, "k": k}),
