@@ -81,7 +81,7 @@ pub(crate) async fn insert<T: Tx + ?Sized>(
                 AnyTx::Sqlite(t) => sqlite::insert_run(t.conn, run, &mut out)?,
                 AnyTx::Postgres(pg) => {
                     let took = &take[out.len()..out.len() + run.len()];
-                    let claims: Vec<_> = took.iter().map(|t| claim.filter(|_| *t)).collect();
+                    let claims = postgres::claims_of(took, claim);
                     let run: Vec<&InsertRow> = run.iter().collect();
                     out.extend(postgres::insert_bulk(pg.0, &run, &claims, false).await?);
                 }

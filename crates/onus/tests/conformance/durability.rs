@@ -232,7 +232,11 @@ pub const CHILD_LEASE_SECS: i64 = 60;
 /// `insert` inserts jobs one by one and prints each id once the insert is confirmed;
 /// `insert_concurrently` does so from 16 tasks at once (inserts that share commits).
 pub fn child_main(url: &str, mode: &str) {
-    if mode == "insert_concurrently" {
+    if let Some(tasks) = match mode {
+        "insert" => Some(1),
+        "insert_concurrently" => Some(16),
+        _ => None,
+    } {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let client = Onus::builder(onus::open(url).await.unwrap())
@@ -240,7 +244,7 @@ pub fn child_main(url: &str, mode: &str) {
                 .unwrap()
                 .client();
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            for t in 0..16 {
+            for t in 0..tasks {
                 let (client, tx) = (client.clone(), tx.clone());
                 tokio::spawn(async move {
                     for i in 0.. {
@@ -254,25 +258,6 @@ pub fn child_main(url: &str, mode: &str) {
             }
             let mut out = std::io::stdout();
             while let Some(id) = rx.recv().await {
-                use std::io::Write;
-                writeln!(out, "confirmed {id}").unwrap();
-                out.flush().unwrap();
-            }
-        });
-        return;
-    }
-    if mode == "insert" {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let client = Onus::builder(onus::open(url).await.unwrap())
-                .build()
-                .unwrap()
-                .client();
-            let mut out = std::io::stdout();
-            for i in 0.. {
-                let id =
-                    crate::harness::insert_id(&client, NewJob::new("durable", json!({"i": i})))
-                        .await;
                 use std::io::Write;
                 writeln!(out, "confirmed {id}").unwrap();
                 out.flush().unwrap();

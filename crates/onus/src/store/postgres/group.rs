@@ -12,7 +12,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::{insert_bulk, pool_err};
+use super::{claims_of, insert_bulk, pool_err};
 use crate::sql::PgConn;
 use crate::store::{InsertClaim, InsertRow, Inserted, StoreError, StoreResult};
 
@@ -111,10 +111,11 @@ async fn write(pool: &Pool, batch: Vec<Pending>) {
     };
     let conn = PgConn::PooledClient(&client);
     if batch.len() > 1 {
-        let (rows, claims): (Vec<&InsertRow>, Vec<Option<&InsertClaim>>) = batch
+        let rows: Vec<&InsertRow> = batch.iter().flat_map(|p| &p.rows).collect();
+        let claims: Vec<Option<&InsertClaim>> = batch
             .iter()
-            .flat_map(|p| p.rows.iter().zip(&p.take).map(|(r, t)| (r, p.claim_if(*t))))
-            .unzip();
+            .flat_map(|p| claims_of(&p.take, p.claim.as_ref()))
+            .collect();
         match insert_bulk(conn, &rows, &claims, true).await {
             Ok(mut all) => {
                 for p in batch.into_iter().rev() {
@@ -135,15 +136,9 @@ async fn write(pool: &Pool, batch: Vec<Pending>) {
     }
     for p in batch {
         let rows: Vec<&InsertRow> = p.rows.iter().collect();
-        let claims: Vec<_> = p.take.iter().map(|t| p.claim_if(*t)).collect();
+        let claims = claims_of(&p.take, p.claim.as_ref());
         let r = insert_bulk(conn, &rows, &claims, true).await;
         let _ = p.answer.send(r);
-    }
-}
-
-impl Pending {
-    fn claim_if(&self, take: bool) -> Option<&InsertClaim> {
-        self.claim.as_ref().filter(|_| take)
     }
 }
 

@@ -385,13 +385,21 @@ impl PostgresStore {
                 return self.inserts.insert(rows, take, claim).await;
             }
             let c = self.client().await?;
-            let claims: Vec<_> = take.iter().map(|t| claim.as_ref().filter(|_| *t)).collect();
             let rows: Vec<&InsertRow> = rows.iter().collect();
+            let claims = claims_of(&take, claim.as_ref());
             return insert_bulk(PgConn::PooledClient(&c), &rows, &claims, true).await;
         }
         self.write(async |tx| insert::insert(tx, rows, claim.as_ref()).await)
             .await
     }
+}
+
+/// Each row's claim: `claim` for the rows `take` marks, none for the others.
+pub(crate) fn claims_of<'c>(
+    take: &[bool],
+    claim: Option<&'c InsertClaim>,
+) -> Vec<Option<&'c InsertClaim>> {
+    take.iter().map(|t| claim.filter(|_| *t)).collect()
 }
 
 /// Inserts rows without unique keys in one statement. A row with a claim is written `running`
