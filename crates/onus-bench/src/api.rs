@@ -5,7 +5,8 @@
 //! - `POST /jobs`: jobs inserted per second, one per request, from `--clients` concurrent clients;
 //! - `POST /jobs/batch`: jobs inserted per second, in batches of 1,000;
 //! - pull workers: jobs claimed and completed per second by `--clients` concurrent workers
-//!   (`POST /queues/{name}/claim` with `limit` 50, then one `POST /jobs/{id}/complete` each);
+//!   (`POST /queues/{name}/claim` with `limit` 50, then one `POST /jobs/{id}/complete` each, or
+//!   one `POST /jobs/answers` for all 50);
 //! - beside them, `pgbench -N` with as many clients on a fresh database of the same PostgreSQL:
 //!   the durable commits per second this machine allows one row at a time.
 //!
@@ -124,8 +125,9 @@ async fn batches(s: &Server, n: usize) -> Result<f64, String> {
     Ok((n.div_ceil(1000) * 1000) as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Jobs per second claimed and completed by `clients` pull workers, until `n` are done.
-async fn pull(s: &Arc<Server>, n: usize, clients: usize) -> Result<f64, String> {
+/// Jobs per second claimed and completed by `clients` pull workers, until `n` are done: each
+/// claim's jobs answered one call each, or (`together`) all in one `POST /jobs/answers`.
+async fn pull(s: &Arc<Server>, n: usize, clients: usize, together: bool) -> Result<f64, String> {
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -142,6 +144,21 @@ async fn pull(s: &Arc<Server>, n: usize, clients: usize) -> Result<f64, String> 
                 let jobs = got["jobs"].as_array().cloned().unwrap_or_default();
                 if jobs.is_empty() {
                     break;
+                }
+                if together {
+                    let answers: Vec<Value> = jobs
+                        .iter()
+                        .map(|j| json!({"id": j["id"], "lease_token": j["lease_token"], "outcome": "complete"}))
+                        .collect();
+                    let got = s.post("/jobs/answers", &json!({ "answers": answers })).await?;
+                    let applied = got["answers"]
+                        .as_array()
+                        .map_or(0, |a| a.iter().filter(|a| a["state"] == "completed").count());
+                    if applied != jobs.len() {
+                        return Err(format!("answers: {applied} of {} applied: {got}", jobs.len()));
+                    }
+                    done.fetch_add(jobs.len(), Ordering::SeqCst);
+                    continue;
                 }
                 for j in jobs {
                     s.post(
@@ -216,6 +233,13 @@ async fn run(o: &Opts) -> Result<(), String> {
         ),
         (
             format!(
+                "pull: claim 50 + one `POST /jobs/answers` for them, {} workers",
+                o.clients
+            ),
+            Default::default(),
+        ),
+        (
+            format!(
                 "for comparison: `pgbench -N -c {}` (durable one-row transactions/s; PostgreSQL only)",
                 o.clients
             ),
@@ -234,11 +258,13 @@ async fn run(o: &Opts) -> Result<(), String> {
             let s = Arc::new(Server::start(&url).await?);
             rows[0].1[b].push(singles(&s, o.n, o.clients).await?);
             rows[1].1[b].push(batches(&s, o.n * 10).await?);
-            rows[2].1[b].push(pull(&s, o.n * 10, o.clients).await?);
+            rows[2].1[b].push(pull(&s, o.n * 10, o.clients, false).await?);
+            batches(&s, o.n * 10).await?; // as many jobs again for the answers together
+            rows[3].1[b].push(pull(&s, o.n * 10, o.clients, true).await?);
             if backend == "postgres" {
                 let url = pg.fresh_database().await.map_err(|e| e.to_string())?;
                 let p = crate::suite::pgbench(&pg, &url, o.clients, None)?;
-                rows[3].1[b].push(p.tps);
+                rows[4].1[b].push(p.tps);
             }
             eprintln!("rep {rep} {backend}: done");
         }

@@ -319,6 +319,8 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(workers::fail))
         .routes(utoipa_axum::routes!(workers::snooze))
         .routes(utoipa_axum::routes!(workers::heartbeat))
+        .routes(utoipa_axum::routes!(workers::answers))
+        .routes(utoipa_axum::routes!(workers::heartbeats))
         .routes(utoipa_axum::routes!(alerts::list))
         .routes(utoipa_axum::routes!(alerts::ack))
         .split_for_parts();

@@ -181,14 +181,19 @@ pub async fn fail(
     Body(body): Body<FailBody>,
 ) -> Result<Json<Job>, ApiError> {
     let id = job_id(&id)?;
-    let e = if body.discard {
-        JobError::discard(body.message)
-    } else {
-        JobError::retryable(body.message)
-    };
+    let e = failure(body.message, body.discard);
     Ok(Json(
         app.client.answer(id, &body.lease_token, Err(e)).await?,
     ))
+}
+
+/// A failure a worker reports: retryable under the kind's policy, or discarded now.
+fn failure(message: String, discard: bool) -> JobError {
+    if discard {
+        JobError::discard(message)
+    } else {
+        JobError::retryable(message)
+    }
 }
 
 /// A snooze: run again later without spending an attempt.
@@ -222,27 +227,30 @@ pub async fn snooze(
     Body(body): Body<SnoozeBody>,
 ) -> Result<Json<Job>, ApiError> {
     let id = job_id(&id)?;
-    let reason = body
-        .reason
-        .unwrap_or_else(|| "snoozed by the worker".into());
-    let e = match super::jobs::later(body.seconds, body.until.as_deref())? {
-        onus::SnoozeUntil::After(d) => JobError::snooze_for(d, reason),
-        onus::SnoozeUntil::At(t) => JobError::snooze_until(t, reason),
-    };
-    let e = if body.pause_key {
-        let job = app.client.get(id).await?;
-        if job.lease_key.is_none() {
-            return Err(ApiError::invalid(format!(
-                "pause_key: job {id} holds no lease key to pause; snooze it without pause_key, or give its kind a lease_key"
-            )));
-        }
-        e.pausing_key()
-    } else {
-        e
-    };
+    let e = snoozing(
+        body.seconds,
+        body.until.as_deref(),
+        body.reason,
+        body.pause_key,
+    )?;
     Ok(Json(
         app.client.answer(id, &body.lease_token, Err(e)).await?,
     ))
+}
+
+/// A snooze a worker asks for (the job layer refuses `pause_key` for a job without a lease key).
+fn snoozing(
+    seconds: Option<f64>,
+    until: Option<&str>,
+    reason: Option<String>,
+    pause_key: bool,
+) -> Result<JobError, ApiError> {
+    let reason = reason.unwrap_or_else(|| "snoozed by the worker".into());
+    let e = match super::jobs::later(seconds, until)? {
+        onus::SnoozeUntil::After(d) => JobError::snooze_for(d, reason),
+        onus::SnoozeUntil::At(t) => JobError::snooze_until(t, reason),
+    };
+    Ok(if pause_key { e.pausing_key() } else { e })
 }
 
 /// A renewed lease.
@@ -269,6 +277,20 @@ pub struct BeatBody {
     pub message: Option<String>,
 }
 
+/// A progress report: a fraction, with an optional message.
+fn progress_of(
+    progress: Option<f64>,
+    message: Option<&str>,
+) -> Result<Option<(f64, &str)>, ApiError> {
+    match (progress, message) {
+        (Some(f), m) => Ok(Some((f, m.unwrap_or("")))),
+        (None, Some(_)) => Err(ApiError::invalid(
+            "message: give it with progress (a fraction from 0 to 1)",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
 /// Renews the lease on a long job, records its progress, and says whether a cancel was asked for.
 #[utoipa::path(post, path = "/jobs/{id}/heartbeat", tag = "workers", request_body = BeatBody,
     params(("id" = i64, Path, description = "the job's id")),
@@ -279,15 +301,7 @@ pub async fn heartbeat(
     Body(body): Body<BeatBody>,
 ) -> Result<Json<BeatAnswer>, ApiError> {
     let id = job_id(&id)?;
-    let progress = match (body.progress, &body.message) {
-        (Some(f), m) => Some((f, m.as_deref().unwrap_or(""))),
-        (None, Some(_)) => {
-            return Err(ApiError::invalid(
-                "message: give it with progress (a fraction from 0 to 1)",
-            ))
-        }
-        (None, None) => None,
-    };
+    let progress = progress_of(body.progress, body.message.as_deref())?;
     let b = app
         .client
         .heartbeat_lease(id, &body.lease_token, progress)
@@ -296,4 +310,318 @@ pub async fn heartbeat(
         lease_expires_at: b.lease_expires_at,
         cancel_requested: b.cancel_requested,
     }))
+}
+
+/// How an attempt ended, in an answer of many.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Done (`result` may be kept with it).
+    Complete,
+    /// Failed (`message`; `discard` when another attempt cannot help).
+    Fail,
+    /// Run again later without spending an attempt (`seconds` or `until`; `reason`,
+    /// `pause_key`).
+    Snooze,
+}
+
+/// One answer of many: the fields of `/complete`, `/fail` or `/snooze` as `outcome` says.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerItem {
+    /// The job's id.
+    pub id: i64,
+    /// The `lease_token` the claim answered.
+    pub lease_token: String,
+    /// How the attempt ended.
+    pub outcome: Outcome,
+    /// complete: kept with the job (at most 64 KiB of JSON).
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    pub result: Option<serde_json::Value>,
+    /// fail: what went wrong (kept in the job's history).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// fail: another attempt cannot help; discard the job now.
+    #[serde(default)]
+    pub discard: bool,
+    /// snooze: run again this many seconds from now.
+    #[serde(default)]
+    pub seconds: Option<f64>,
+    /// snooze: or at this instant (RFC 3339).
+    #[serde(default)]
+    pub until: Option<String>,
+    /// snooze: why (kept in the job's history).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// snooze: pause the job's lease key until then too.
+    #[serde(default)]
+    pub pause_key: bool,
+}
+
+impl AnswerItem {
+    /// The attempt's end and the result to keep; the error names the field that does not fit.
+    fn to_result(&self) -> Result<(onus::JobResult, Option<serde_json::Value>), ApiError> {
+        let misplaced = |field: &str, of: &str| {
+            Err(ApiError::invalid(format!(
+                "{field}: only an answer with outcome {of:?} takes it"
+            )))
+        };
+        let snooze_field = self.seconds.is_some()
+            || self.until.is_some()
+            || self.reason.is_some()
+            || self.pause_key;
+        match self.outcome {
+            Outcome::Complete => {
+                if self.message.is_some() || self.discard {
+                    return misplaced("message, discard", "fail");
+                }
+                if snooze_field {
+                    return misplaced("seconds, until, reason, pause_key", "snooze");
+                }
+                Ok((Ok(()), self.result.clone()))
+            }
+            Outcome::Fail => {
+                if self.result.is_some() {
+                    return misplaced("result", "complete");
+                }
+                if snooze_field {
+                    return misplaced("seconds, until, reason, pause_key", "snooze");
+                }
+                let Some(message) = self.message.clone() else {
+                    return Err(ApiError::invalid(
+                        "message: say what went wrong (kept in the job's history)",
+                    ));
+                };
+                Ok((Err(failure(message, self.discard)), None))
+            }
+            Outcome::Snooze => {
+                if self.result.is_some() {
+                    return misplaced("result", "complete");
+                }
+                if self.message.is_some() || self.discard {
+                    return misplaced("message, discard", "fail");
+                }
+                let e = snoozing(
+                    self.seconds,
+                    self.until.as_deref(),
+                    self.reason.clone(),
+                    self.pause_key,
+                )?;
+                Ok((Err(e), None))
+            }
+        }
+    }
+}
+
+/// Many answers in one call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswersBody {
+    /// Up to 1,000 answers, each for a different job.
+    pub answers: Vec<AnswerItem>,
+}
+
+/// Why one item of many was refused: the code, status and message its own call would answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ItemError {
+    /// `conflict` (the lease is no longer current), `invalid`, `not_found`, `unavailable`...
+    pub code: String,
+    /// The HTTP status the item's own call would have answered.
+    pub status: u16,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+impl From<ApiError> for ItemError {
+    fn from(e: ApiError) -> Self {
+        ItemError {
+            code: e.code.to_string(),
+            status: e.status.as_u16(),
+            message: e.message,
+        }
+    }
+}
+
+/// What became of one answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnsweredItem {
+    /// The job's id.
+    pub id: i64,
+    /// The state the answer left the job in (absent when refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub state: Option<onus::JobState>,
+    /// Why the answer was refused (absent when applied); the others apply regardless.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemError>,
+}
+
+/// What became of each answer, in the order sent.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnswersAnswer {
+    /// One per answer sent.
+    pub answers: Vec<AnsweredItem>,
+}
+
+/// Answers many claimed jobs in one call: each answer is applied or refused on its own, and the
+/// applied ones share one write.
+#[utoipa::path(post, path = "/jobs/answers", tag = "workers", request_body = AnswersBody,
+    responses((status = 200, body = AnswersAnswer), (status = 422, body = super::error::ErrorBody)))]
+pub async fn answers(
+    State(app): State<App>,
+    Body(body): Body<AnswersBody>,
+) -> Result<Json<AnswersAnswer>, ApiError> {
+    let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(body.answers.len());
+    let mut asked = Vec::with_capacity(body.answers.len());
+    for (i, a) in body.answers.iter().enumerate() {
+        match a.to_result() {
+            Ok((result, kept)) => {
+                refused.push(None);
+                asked.push(onus::runtime::Answer {
+                    id: a.id,
+                    lease_token: a.lease_token.clone(),
+                    result,
+                    kept,
+                });
+            }
+            Err(mut e) => {
+                e.message = format!("answers[{i}].{}", e.message);
+                refused.push(Some(e));
+            }
+        }
+    }
+    let mut done = app.client.answer_all(asked).await?.into_iter();
+    let answers = body
+        .answers
+        .iter()
+        .zip(refused)
+        .map(|(a, refused)| {
+            let r = match refused {
+                Some(e) => Err(e),
+                None => done
+                    .next()
+                    .expect("one answer for each asked")
+                    .map_err(ApiError::from),
+            };
+            match r {
+                Ok(state) => AnsweredItem {
+                    id: a.id,
+                    state: Some(state),
+                    error: None,
+                },
+                Err(e) => AnsweredItem {
+                    id: a.id,
+                    state: None,
+                    error: Some(e.into()),
+                },
+            }
+        })
+        .collect();
+    Ok(Json(AnswersAnswer { answers }))
+}
+
+/// One heartbeat of many: the fields of `/jobs/{id}/heartbeat`, with the job's id.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BeatItem {
+    /// The job's id.
+    pub id: i64,
+    /// The `lease_token` the claim answered.
+    pub lease_token: String,
+    /// How much is done, from 0 to 1.
+    #[serde(default)]
+    pub progress: Option<f64>,
+    /// What it is doing (with `progress`; at most 500 bytes).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// Many heartbeats in one call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BeatsBody {
+    /// Up to 1,000 heartbeats, each for a different job.
+    pub heartbeats: Vec<BeatItem>,
+}
+
+/// What became of one heartbeat.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BeatenItem {
+    /// The job's id.
+    pub id: i64,
+    /// The lease's new end (absent when refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub lease_expires_at: Option<onus::Timestamp>,
+    /// Someone asked to cancel the job: stop, and answer `fail` (absent when refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_requested: Option<bool>,
+    /// Why the heartbeat was refused (absent when renewed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemError>,
+}
+
+/// What became of each heartbeat, in the order sent.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BeatsAnswer {
+    /// One per heartbeat sent.
+    pub heartbeats: Vec<BeatenItem>,
+}
+
+/// Renews the leases of many jobs in one call: each is renewed or refused on its own.
+#[utoipa::path(post, path = "/jobs/heartbeats", tag = "workers", request_body = BeatsBody,
+    responses((status = 200, body = BeatsAnswer), (status = 422, body = super::error::ErrorBody)))]
+pub async fn heartbeats(
+    State(app): State<App>,
+    Body(body): Body<BeatsBody>,
+) -> Result<Json<BeatsAnswer>, ApiError> {
+    let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(body.heartbeats.len());
+    let mut asked = Vec::with_capacity(body.heartbeats.len());
+    for (i, b) in body.heartbeats.iter().enumerate() {
+        match progress_of(b.progress, b.message.as_deref()) {
+            Ok(progress) => {
+                refused.push(None);
+                asked.push(onus::runtime::BeatAsk {
+                    id: b.id,
+                    lease_token: b.lease_token.clone(),
+                    progress: progress.map(|(f, m)| (f, m.to_string())),
+                });
+            }
+            Err(mut e) => {
+                e.message = format!("heartbeats[{i}].{}", e.message);
+                refused.push(Some(e));
+            }
+        }
+    }
+    let mut done = app.client.heartbeat_all(asked).await?.into_iter();
+    let heartbeats = body
+        .heartbeats
+        .iter()
+        .zip(refused)
+        .map(|(b, refused)| {
+            let r = match refused {
+                Some(e) => Err(e),
+                None => done
+                    .next()
+                    .expect("one renewal for each asked")
+                    .map_err(ApiError::from),
+            };
+            match r {
+                Ok(beat) => BeatenItem {
+                    id: b.id,
+                    lease_expires_at: Some(beat.lease_expires_at),
+                    cancel_requested: Some(beat.cancel_requested),
+                    error: None,
+                },
+                Err(e) => BeatenItem {
+                    id: b.id,
+                    lease_expires_at: None,
+                    cancel_requested: None,
+                    error: Some(e.into()),
+                },
+            }
+        })
+        .collect();
+    Ok(Json(BeatsAnswer { heartbeats }))
 }

@@ -60,6 +60,8 @@ onus_testkit::both!(
         a_cancel_reaches_the_worker_through_its_heartbeat,
         a_long_poll_returns_when_a_job_arrives,
         the_readme_python_worker_drains_a_thousand_jobs_once_each,
+        many_answers_in_one_call_are_each_applied_or_refused_alone,
+        many_heartbeats_in_one_call_are_each_renewed_or_refused_alone,
     ],
     push: [
         a_push_kind_posts_each_job_signed_and_the_answer_is_classified,

@@ -371,3 +371,152 @@ pub async fn a_pull_worker_reports_progress_and_keeps_a_result(w: World) {
     );
     assert_eq!(done["progress"]["fraction"], json!(0.4));
 }
+
+/// Many answers in one call: each is applied or refused on its own, the refused ones say why
+/// with the status their own call would answer, and a refused answer changes nothing.
+pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World) {
+    let jobs: Vec<Value> = (0..5)
+        .map(|i| json!({"kind": "report.build", "args": {"i": i}}))
+        .collect();
+    assert_eq!(
+        w.post("/api/v1/jobs/batch", json!({"jobs": jobs})).await.0,
+        201
+    );
+    let mut got = claim(&w, "reports", &["report.build"], 10, 0.0).await;
+    got.sort_by_key(|j| j["id"].as_i64());
+    assert_eq!(got.len(), 5, "{got:?}");
+    let id = |i: usize| got[i]["id"].as_i64().unwrap();
+    let token = |i: usize| got[i]["lease_token"].clone();
+    // The fourth job is answered on its own first: its lease is then no longer current.
+    let (s, _) = w
+        .post(&format!("/api/v1/jobs/{}/complete", id(3)), lease(&got[3]))
+        .await;
+    assert_eq!(s, 200);
+    let (s, a) = w
+        .post(
+            "/api/v1/jobs/answers",
+            json!({"answers": [
+                {"id": id(0), "lease_token": token(0), "outcome": "complete", "result": {"rows": 7}},
+                {"id": id(1), "lease_token": token(1), "outcome": "fail", "message": "upstream said no"},
+                {"id": id(2), "lease_token": token(2), "outcome": "snooze", "seconds": 3600, "reason": "later"},
+                {"id": id(3), "lease_token": token(3), "outcome": "complete"},
+                {"id": id(4), "lease_token": token(4), "outcome": "complete", "message": "misplaced"},
+                {"id": id(0), "lease_token": token(0), "outcome": "complete"},
+            ]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{a}");
+    let a = a["answers"].as_array().unwrap().clone();
+    assert_eq!(a.len(), 6, "{a:?}");
+    assert_eq!(
+        a.iter().map(|x| x["id"].as_i64().unwrap()).collect::<Vec<_>>(),
+        vec![id(0), id(1), id(2), id(3), id(4), id(0)],
+        "in the order sent"
+    );
+    assert_eq!(
+        (&a[0]["state"], &a[1]["state"], &a[2]["state"]),
+        (&json!("completed"), &json!("retryable"), &json!("snoozed")),
+        "{a:?}"
+    );
+    assert_eq!(
+        (&a[3]["error"]["status"], &a[3]["error"]["code"]),
+        (&json!(409), &json!("conflict")),
+        "the stale lease alone is refused: {a:?}"
+    );
+    assert!(a[3].get("state").is_none(), "{a:?}");
+    assert_eq!(a[4]["error"]["status"], json!(422), "{a:?}");
+    assert!(
+        a[4]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("answers[4].message"),
+        "names the item and its field: {a:?}"
+    );
+    assert_eq!(a[5]["error"]["status"], json!(422), "twice in one call: {a:?}");
+    // What each job now is, read back on its own.
+    let job = |i: usize| {
+        let w = &w;
+        async move { w.get(&format!("/api/v1/jobs/{}", id(i))).await.1 }
+    };
+    let first = job(0).await;
+    assert_eq!(
+        (&first["state"], &first["result"]),
+        (&json!("completed"), &json!({"rows": 7})),
+        "{first}"
+    );
+    let second = job(1).await;
+    assert_eq!(
+        second["errors"][0]["message"],
+        json!("upstream said no"),
+        "{second}"
+    );
+    let third = job(2).await;
+    assert_eq!((&third["snoozes"], &third["attempt"]), (&json!(1), &json!(0)));
+    let fifth = job(4).await;
+    assert_eq!(fifth["state"], json!("running"), "a refused answer changes nothing");
+    // The refused one is answered again, alone and right.
+    let (s, a) = w
+        .post(
+            "/api/v1/jobs/answers",
+            json!({"answers": [{"id": id(4), "lease_token": token(4), "outcome": "fail", "message": "bad input", "discard": true}]}),
+        )
+        .await;
+    assert_eq!((s, &a["answers"][0]["state"]), (200, &json!("discarded")), "{a}");
+    // A call that is wrong as a whole says so and answers nothing.
+    let many: Vec<Value> = (0..1001)
+        .map(|i| json!({"id": i, "lease_token": "x.1", "outcome": "complete"}))
+        .collect();
+    let (s, e) = w
+        .post("/api/v1/jobs/answers", json!({ "answers": many }))
+        .await;
+    assert!(
+        s == 422 && e["error"]["message"].as_str().unwrap().contains("at most 1000"),
+        "{e}"
+    );
+    let (s, e) = w
+        .post(
+            "/api/v1/jobs/answers",
+            json!({"answers": [{"id": 1, "lease_token": "x.1", "outcome": "finish"}]}),
+        )
+        .await;
+    assert!(s == 400 || s == 422, "an unknown outcome: {e}");
+}
+
+/// Many heartbeats in one call: each renewed or refused on its own, a cancel reaching its job.
+pub async fn many_heartbeats_in_one_call_are_each_renewed_or_refused_alone(w: World) {
+    let jobs: Vec<Value> = (0..3)
+        .map(|i| json!({"kind": "report.build", "args": {"i": i}}))
+        .collect();
+    w.post("/api/v1/jobs/batch", json!({"jobs": jobs})).await;
+    let mut got = claim(&w, "reports", &["report.build"], 10, 0.0).await;
+    got.sort_by_key(|j| j["id"].as_i64());
+    let id = |i: usize| got[i]["id"].as_i64().unwrap();
+    let token = |i: usize| got[i]["lease_token"].clone();
+    w.post(&format!("/api/v1/jobs/{}/cancel", id(1)), json!({}))
+        .await;
+    w.post(&format!("/api/v1/jobs/{}/complete", id(2)), lease(&got[2]))
+        .await;
+    let (s, b) = w
+        .post(
+            "/api/v1/jobs/heartbeats",
+            json!({"heartbeats": [
+                {"id": id(0), "lease_token": token(0), "progress": 0.5, "message": "half"},
+                {"id": id(1), "lease_token": token(1)},
+                {"id": id(2), "lease_token": token(2)},
+                {"id": id(0), "lease_token": token(0), "message": "no progress"},
+            ]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let b = b["heartbeats"].as_array().unwrap().clone();
+    assert_eq!(
+        (&b[0]["cancel_requested"], &b[1]["cancel_requested"]),
+        (&json!(false), &json!(true)),
+        "{b:?}"
+    );
+    assert!(b[0]["lease_expires_at"].is_string(), "{b:?}");
+    assert_eq!(b[2]["error"]["status"], json!(409), "answered already: {b:?}");
+    assert_eq!(b[3]["error"]["status"], json!(422), "{b:?}");
+    let (_, j) = w.get(&format!("/api/v1/jobs/{}", id(0))).await;
+    assert_eq!(j["progress"]["message"], json!("half"), "{j}");
+}

@@ -53,6 +53,15 @@ struct Lease {
     attempt: u32,
 }
 
+impl Lease {
+    /// Whether this lease is the running job's current one.
+    fn holds(&self, job: &Job) -> bool {
+        job.state == JobState::Running
+            && job.lease_owner.as_deref() == Some(self.owner.as_str())
+            && job.attempt == self.attempt
+    }
+}
+
 /// The length of a lease token's secret part.
 const SECRET_LEN: usize = 32;
 /// The length of the owner part of a token of the previous form (`<owner>.<attempt>`).
@@ -212,6 +221,11 @@ impl Client {
                     job,
                 }));
             }
+            if out.len() >= limit {
+                // A wake-up reaches one waiter: one that found as many jobs as it could take
+                // passes it on, so the other waiting claims look for the rest of a burst.
+                self.shared.hub.wake(queue);
+            }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if !out.is_empty() || left.is_zero() {
                 return Ok(out);
@@ -250,19 +264,6 @@ impl Client {
         }
     }
 
-    /// The running job `id` as leased by `token`, or a conflict when the lease is not current.
-    async fn leased(&self, id: JobId, token: &str) -> Result<(Job, Lease), Error> {
-        let lease = parse_token(token)?;
-        let job = self.get(id).await?;
-        let current = job.state == JobState::Running
-            && job.lease_owner.as_deref() == Some(lease.owner.as_str())
-            && job.attempt == lease.attempt;
-        if !current {
-            return Err(stale(id));
-        }
-        Ok((job, lease))
-    }
-
     /// Renews the lease on a job an outside worker runs, for its kind's timeout from now, and
     /// records its progress if it reports one (`fraction` from 0 to 1 and a message).
     pub async fn heartbeat_lease(
@@ -271,16 +272,165 @@ impl Client {
         token: &str,
         progress: Option<(f64, &str)>,
     ) -> Result<Beat, Error> {
-        let progress = progress
-            .map(|(f, m)| crate::job::Progress::new(f, m, self.now()))
-            .transpose()
-            .map_err(|e| Error::Invalid(e.0))?;
+        let ask = BeatAsk {
+            id,
+            lease_token: token.to_string(),
+            progress: progress.map(|(f, m)| (f, m.to_string())),
+        };
+        self.heartbeat_all(vec![ask]).await?.remove(0)
+    }
+
+    /// Renews the leases of many jobs outside workers run (up to [`MAX_CLAIM`]), each for its
+    /// kind's timeout from now, with one read of the jobs and one renewal per lease; each is
+    /// renewed or refused on its own, as [`Client::heartbeat_lease`] would. The outer error is
+    /// for the call as a whole.
+    pub async fn heartbeat_all(
+        &self,
+        asks: Vec<BeatAsk>,
+    ) -> Result<Vec<Result<Beat, Error>>, Error> {
+        if asks.len() > MAX_CLAIM {
+            return Err(Error::Invalid(format!(
+                "heartbeats: {} heartbeats in one call; send at most {MAX_CLAIM}",
+                asks.len()
+            )));
+        }
+        let now = self.now();
+        let mut out: Vec<Result<Beat, Error>> = Vec::with_capacity(asks.len());
+        let mut checked = Vec::with_capacity(asks.len());
+        let mut seen = std::collections::HashSet::new();
+        for a in &asks {
+            let progress = a
+                .progress
+                .as_ref()
+                .map(|(f, m)| crate::job::Progress::new(*f, m, now))
+                .transpose()
+                .map_err(|e| Error::Invalid(e.0));
+            let lease = parse_token(&a.lease_token);
+            let twice = !seen.insert(a.id);
+            checked.push(match (lease, progress) {
+                _ if twice => Err(Error::Invalid(format!(
+                    "id: job {} has two heartbeats in this call; send one for each job",
+                    a.id
+                ))),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+                (Ok(l), Ok(p)) => Ok((l, p)),
+            });
+        }
         if !super::skew::Skew::within_bound_now(&self.shared).await {
             return Err(off_clock(&self.shared));
         }
-        let (job, lease) = self.leased(id, token).await?;
+        let ids: Vec<JobId> = asks
+            .iter()
+            .zip(&checked)
+            .filter(|(_, c)| c.is_ok())
+            .map(|(a, _)| a.id)
+            .collect();
+        let jobs: std::collections::HashMap<JobId, Job> = if ids.is_empty() {
+            Default::default()
+        } else {
+            let filter = crate::store::JobFilter {
+                ids: ids.clone(),
+                ..Default::default()
+            };
+            let found = self.shared.store.list(&filter, ids.len(), None).await?;
+            found.into_iter().map(|j| (j.id, j)).collect()
+        };
+        // The renewals to write, one per lease owner and new lease end.
+        type Renewing = std::collections::BTreeMap<(String, Timestamp), Vec<HeldJob>>;
+        let mut renewing = Renewing::new();
+        let mut until_of = Vec::with_capacity(asks.len());
+        for (a, c) in asks.iter().zip(checked.iter()) {
+            let until = match c {
+                Err(_) => None,
+                Ok((lease, _)) => match self.renewal_of(a.id, lease, jobs.get(&a.id), now) {
+                    Ok(until) => {
+                        renewing
+                            .entry((lease.owner.clone(), until))
+                            .or_default()
+                            .push(HeldJob {
+                                id: a.id,
+                                attempt: lease.attempt,
+                            });
+                        Some(Ok(until))
+                    }
+                    Err(e) => Some(Err(e)),
+                },
+            };
+            until_of.push(until);
+        }
+        // A renewal skips a row another transaction is writing (a completion batch, a cancel)
+        // rather than wait for it, which is right for a process renewing thousands of leases
+        // but not for a worker's few jobs: wait for the rows a little, then say to try again.
+        let mut renewed = std::collections::HashSet::new();
+        let mut cancel = std::collections::HashSet::new();
+        let mut lost = std::collections::HashSet::new();
+        for ((owner, until), mut held) in renewing {
+            let waiting = tokio::time::Instant::now() + ROW_WAIT;
+            loop {
+                let r = self.shared.store.heartbeat(&owner, &held, until).await?;
+                renewed.extend(r.renewed.iter().copied());
+                cancel.extend(r.cancel.iter().copied());
+                lost.extend(r.lost.iter().copied());
+                held.retain(|h| !renewed.contains(&h.id) && !lost.contains(&h.id));
+                if held.is_empty() || tokio::time::Instant::now() >= waiting {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        for ((a, c), until) in asks.iter().zip(checked).zip(until_of) {
+            let id = a.id;
+            out.push(match (c, until) {
+                (Err(e), _) => Err(e),
+                (_, Some(Err(e))) => Err(e),
+                (Ok((lease, progress)), Some(Ok(until))) => {
+                    if renewed.contains(&id) {
+                        match &progress {
+                            Some(p) => match self
+                                .shared
+                                .store
+                                .report_progress(id, &lease.owner, lease.attempt, p)
+                                .await
+                            {
+                                Ok(true) => Ok(until),
+                                Ok(false) => Err(stale(id)),
+                                Err(e) => Err(e.into()),
+                            },
+                            None => Ok(until),
+                        }
+                        .map(|until| Beat {
+                            lease_expires_at: until,
+                            cancel_requested: cancel.contains(&id),
+                        })
+                    } else if lost.contains(&id) {
+                        Err(stale(id))
+                    } else {
+                        Err(Error::Store(StoreError::Unavailable(format!(
+                            "job {id}'s row is being written by another transaction; its lease is still yours: send the heartbeat again"
+                        ), None)))
+                    }
+                }
+                (Ok(_), None) => Err(stale(id)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The new end of the lease on `job` (`None`: not found) for a heartbeat of `lease`, or why
+    /// the heartbeat is refused: the lease is not current, or the job was asked to cancel and its
+    /// grace has run out.
+    fn renewal_of(
+        &self,
+        id: JobId,
+        lease: &Lease,
+        job: Option<&Job>,
+        now: Timestamp,
+    ) -> Result<Timestamp, Error> {
+        let job = job.ok_or(Error::Store(StoreError::NotFound(id)))?;
+        if !lease.holds(job) {
+            return Err(stale(id));
+        }
         let timeout = self.pull_kind(&job.kind)?.policy.timeout;
-        let now = self.now();
         let mut until = add(now, timeout);
         if job.cancel_requested {
             // A job asked to cancel gets `cancel_grace` to stop: its lease is never extended
@@ -294,47 +444,7 @@ impl Client {
                 .min(lapsed)
                 .min(add(now, self.shared.options.cancel_grace));
         }
-        let held = [HeldJob {
-            id,
-            attempt: lease.attempt,
-        }];
-        // A renewal skips a row another transaction is writing (a completion batch, a cancel)
-        // rather than wait for it, which is right for a process renewing thousands of leases
-        // but not for one worker's one job: wait for the row a little, then say to try again.
-        let waiting = tokio::time::Instant::now() + ROW_WAIT;
-        let r = loop {
-            let r = self
-                .shared
-                .store
-                .heartbeat(&lease.owner, &held, until)
-                .await?;
-            if r.renewed.contains(&id) || r.lost.contains(&id) {
-                break r;
-            }
-            if tokio::time::Instant::now() >= waiting {
-                return Err(Error::Store(StoreError::Unavailable(format!(
-                    "job {id}'s row is being written by another transaction; its lease is still yours: send the heartbeat again"
-                ), None)));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        if !r.renewed.contains(&id) {
-            return Err(stale(id));
-        }
-        if let Some(p) = &progress {
-            if !self
-                .shared
-                .store
-                .report_progress(id, &lease.owner, lease.attempt, p)
-                .await?
-            {
-                return Err(stale(id));
-            }
-        }
-        Ok(Beat {
-            lease_expires_at: until,
-            cancel_requested: r.cancel.contains(&id),
-        })
+        Ok(until)
     }
 
     /// Records an outside worker's answer for the attempt its token names: `Ok(())` completes
@@ -353,29 +463,163 @@ impl Client {
         result: JobResult,
         kept: Option<serde_json::Value>,
     ) -> Result<Job, Error> {
-        if let Some(v) = &kept {
-            crate::job::check_result(v).map_err(|e| Error::Invalid(e.0))?;
-        }
-        let (job, _) = self.leased(id, token).await?;
-        let policy = self.pull_kind(&job.kind)?.policy.clone();
-        let now = self.now();
-        let end = match result {
-            Err(_) if job.cancel_requested => AttemptEnd::Cancelled,
-            r => AttemptEnd::Returned(r),
+        let answer = Answer {
+            id,
+            lease_token: token.to_string(),
+            result,
+            kept,
         };
-        // A job with a lease key took it at its claim; its answer releases it.
-        let release = job.lease_key.clone();
-        let mut finish = super::attempt::ended(&self.shared, &job, Some(end), &policy, release);
-        let took = job.attempted_at.and_then(|t| (now - t).to_std().ok());
-        super::metrics::attempt(&job.kind, &finish.transition, took);
-        finish.result = kept.filter(|_| matches!(finish.transition, Transition::Complete));
-        let applied = self.shared.store.finish(vec![finish]).await?;
-        if applied.first() != Some(&true) {
-            return Err(stale(id));
-        }
-        self.shared.hub.wake(&job.queue);
+        let mut answered = self.answer_all(vec![answer]).await?;
+        answered.remove(0)?;
         self.get(id).await
     }
+
+    /// Answers many claimed jobs at once (up to [`MAX_CLAIM`]): one read of the jobs and one
+    /// write of every outcome, which concurrent callers' writes share on PostgreSQL. Each answer
+    /// is applied or refused on its own, exactly as [`Client::answer_keeping`] would: the result
+    /// says, in order, the state each job is left in or why its answer was refused. The outer
+    /// error is for the call as a whole (too many answers, the database out of reach).
+    pub async fn answer_all(
+        &self,
+        answers: Vec<Answer>,
+    ) -> Result<Vec<Result<JobState, Error>>, Error> {
+        if answers.len() > MAX_CLAIM {
+            return Err(Error::Invalid(format!(
+                "answers: {} answers in one call; send at most {MAX_CLAIM}",
+                answers.len()
+            )));
+        }
+        let mut out: Vec<Result<JobState, Error>> = Vec::with_capacity(answers.len());
+        let mut seen = std::collections::HashSet::new();
+        for a in &answers {
+            out.push(match (parse_token(&a.lease_token), &a.kept) {
+                (Err(e), _) => Err(e),
+                _ if !seen.insert(a.id) => Err(Error::Invalid(format!(
+                    "id: job {} is answered twice in this call; answer each job once",
+                    a.id
+                ))),
+                (Ok(_), Some(v)) => crate::job::check_result(v)
+                    .map(|_| JobState::Running)
+                    .map_err(|e| Error::Invalid(e.0)),
+                (Ok(_), None) => Ok(JobState::Running),
+            });
+        }
+        let ids: Vec<JobId> = answers
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| o.is_ok())
+            .map(|(a, _)| a.id)
+            .collect();
+        let jobs: std::collections::HashMap<JobId, Job> = if ids.is_empty() {
+            Default::default()
+        } else {
+            let filter = crate::store::JobFilter {
+                ids: ids.clone(),
+                ..Default::default()
+            };
+            let found = self.shared.store.list(&filter, ids.len(), None).await?;
+            found.into_iter().map(|j| (j.id, j)).collect()
+        };
+        let now = self.now();
+        let mut finishes = Vec::with_capacity(ids.len());
+        // For each finish: the answer it is for, the state it leaves the job in, the job.
+        let mut written: Vec<(usize, JobState, &Job)> = Vec::with_capacity(ids.len());
+        for (i, a) in answers.into_iter().enumerate() {
+            if out[i].is_err() {
+                continue;
+            }
+            let lease = parse_token(&a.lease_token)?;
+            let Some(job) = jobs.get(&a.id) else {
+                out[i] = Err(Error::Store(StoreError::NotFound(a.id)));
+                continue;
+            };
+            if !lease.holds(job) {
+                out[i] = Err(stale(a.id));
+                continue;
+            }
+            if let Err(crate::JobError::Snooze {
+                pause_key: true, ..
+            }) = &a.result
+            {
+                if job.lease_key.is_none() {
+                    out[i] = Err(Error::Invalid(format!(
+                        "pause_key: job {} holds no lease key to pause; snooze it without pause_key, or give its kind a lease_key",
+                        a.id
+                    )));
+                    continue;
+                }
+            }
+            let policy = match self.pull_kind(&job.kind) {
+                Ok(k) => k.policy.clone(),
+                Err(e) => {
+                    out[i] = Err(e);
+                    continue;
+                }
+            };
+            let end = match a.result {
+                Err(_) if job.cancel_requested => AttemptEnd::Cancelled,
+                r => AttemptEnd::Returned(r),
+            };
+            // A job with a lease key took it at its claim; its answer releases it.
+            let release = job.lease_key.clone();
+            let mut finish =
+                super::attempt::ended(&self.shared, job, Some(end), &policy, release);
+            finish.result = a
+                .kept
+                .filter(|_| matches!(finish.transition, Transition::Complete));
+            let state = finish
+                .write_for(job.cancel_requested, job.lease_expires_at, false)
+                .map_or(JobState::Running, |w| w.state);
+            written.push((i, state, job));
+            finishes.push(finish);
+        }
+        if finishes.is_empty() {
+            return Ok(out);
+        }
+        let transitions: Vec<Transition> = finishes.iter().map(|f| f.transition.clone()).collect();
+        let applied = self.shared.store.finish(finishes).await?;
+        let mut queues = std::collections::BTreeSet::new();
+        for (((i, state, job), ok), t) in written.into_iter().zip(applied).zip(&transitions) {
+            if !ok {
+                out[i] = Err(stale(job.id));
+                continue;
+            }
+            let took = job.attempted_at.and_then(|at| (now - at).to_std().ok());
+            super::metrics::attempt(&job.kind, t, took);
+            queues.insert(job.queue.as_str());
+            out[i] = Ok(state);
+        }
+        for q in queues {
+            self.shared.hub.wake(q);
+        }
+        Ok(out)
+    }
+}
+
+/// One heartbeat of [`Client::heartbeat_all`]: the job, the lease token its claim answered,
+/// and the worker's progress if it reports one (a fraction from 0 to 1 and what it is doing).
+#[derive(Debug)]
+pub struct BeatAsk {
+    /// The job.
+    pub id: JobId,
+    /// The `lease_token` its claim answered.
+    pub lease_token: String,
+    /// How much is done, and what it is doing.
+    pub progress: Option<(f64, String)>,
+}
+
+/// One answer of [`Client::answer_all`]: the job, the lease token its claim answered, how the
+/// attempt ended, and for a completion the small JSON result to keep with the job.
+#[derive(Debug)]
+pub struct Answer {
+    /// The job.
+    pub id: JobId,
+    /// The `lease_token` its claim answered.
+    pub lease_token: String,
+    /// How the attempt ended: the job layer's policy decides what a failure means.
+    pub result: JobResult,
+    /// Kept with the job when the answer completes it (at most 64 KiB of JSON).
+    pub kept: Option<serde_json::Value>,
 }
 
 /// The refusal of a process whose clock is off the database's by more than the bound.

@@ -1,90 +1,101 @@
-//! Group commit of inserts: concurrent inserts of rows without a unique key (an API's single
-//! inserts, a busy client's) share one statement and so one commit. A short queue sits in front
-//! of a few writers; each writer takes everything that queued while the previous statement ran,
-//! writes it as one `unnest` insert, and answers each caller with its own rows only after that
-//! statement committed. A batch the database refuses (a row breaking a rule of the schema) is
-//! written again one caller at a time, so only the caller whose row is bad gets the error.
+//! Group commit: concurrent callers' small writes (an API's single inserts, pull workers' single
+//! answers, a busy client's) share one transaction and so one commit. A short queue sits in front
+//! of a few writers; each writer takes everything that queued while the previous transaction ran,
+//! writes it at once, and answers each caller with its own part only after that commit. A batch
+//! the database refuses (a row breaking a rule of the schema) is written again one caller at a
+//! time, so only the caller whose part is bad gets the error.
 //!
-//! SQLite needs none of this: its single writer already commits whatever queued up together.
+//! Two writes go through it: inserts of rows without a unique key ([`Inserts`]) and finished
+//! attempts ([`Finishes`]). SQLite needs none of this: its single writer already commits whatever
+//! queued up together.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Object, Pool};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::{claims_of, insert_bulk, pool_err};
+use super::{claims_of, finish_batch, insert_bulk, pool_err};
 use crate::sql::PgConn;
-use crate::store::{InsertClaim, InsertRow, Inserted, StoreError, StoreResult};
+use crate::store::{Finish, InsertClaim, InsertRow, Inserted, StoreError, StoreResult};
 
-/// Writers working at once: while one statement commits, the next batch gathers and another
+/// Writers working at once: while one transaction commits, the next batch gathers and another
 /// writer can send it (PostgreSQL flushes concurrent commits together).
 const WRITERS: usize = 2;
 
-/// An insert of this many rows or more is written on its own: it fills a statement by itself.
+/// A write of this many rows or more is written on its own: it fills a statement by itself.
 pub(super) const ALONE_FROM: usize = 64;
 
-/// At most this many rows in one statement.
+/// At most this many rows in one transaction.
 const MAX_ROWS: usize = 4096;
 
-/// One caller's insert, waiting for its commit.
-struct Pending {
-    rows: Vec<InsertRow>,
-    /// Which rows the insert claims, under its caller's claim.
-    take: Vec<bool>,
-    claim: Option<InsertClaim>,
-    answer: oneshot::Sender<StoreResult<Vec<Inserted>>>,
+/// A write that callers' parts can share.
+pub(super) trait Write: Send + Sync + 'static {
+    /// One caller's part.
+    type Part: Send + Sync + 'static;
+    /// One caller's answer.
+    type Out: Send + 'static;
+    /// The rows a part writes.
+    fn rows(part: &Self::Part) -> usize;
+    /// Writes `parts` in one transaction on `client`; one answer per part, in order.
+    fn write<'a>(
+        client: &'a mut Object,
+        parts: &'a [&'a Self::Part],
+    ) -> impl Future<Output = StoreResult<Vec<Self::Out>>> + Send + 'a;
 }
 
-/// The queue in front of the insert writers.
-#[derive(Debug)]
-pub(super) struct InsertQueue {
-    queue: mpsc::UnboundedSender<Pending>,
+/// One caller's part, waiting for its commit.
+struct Pending<W: Write> {
+    part: W::Part,
+    answer: oneshot::Sender<StoreResult<W::Out>>,
 }
 
-impl InsertQueue {
+/// The queue in front of a write's writers.
+pub(super) struct Group<W: Write> {
+    queue: mpsc::UnboundedSender<Pending<W>>,
+}
+
+impl<W: Write> std::fmt::Debug for Group<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Group")
+    }
+}
+
+impl<W: Write> Group<W> {
     /// Starts the writers, which end when the queue is dropped.
     pub(super) fn start(pool: Pool) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..WRITERS {
-            tokio::spawn(writer(pool.clone(), rx.clone()));
+            tokio::spawn(writer::<W>(pool.clone(), rx.clone()));
         }
-        InsertQueue { queue }
+        Group { queue }
     }
 
-    /// Inserts `rows` (none with a unique key) in the next batch; answers once it committed.
-    pub(super) async fn insert(
-        &self,
-        rows: Vec<InsertRow>,
-        take: Vec<bool>,
-        claim: Option<InsertClaim>,
-    ) -> StoreResult<Vec<Inserted>> {
+    /// Writes `part` in the next batch; answers once it committed.
+    pub(super) async fn write(&self, part: W::Part) -> StoreResult<W::Out> {
         let (answer, answered) = oneshot::channel();
-        let pending = Pending {
-            rows,
-            take,
-            claim,
-            answer,
-        };
-        self.queue.send(pending).map_err(|_| StoreError::Closed)?;
+        self.queue
+            .send(Pending { part, answer })
+            .map_err(|_| StoreError::Closed)?;
         answered.await.map_err(|_| StoreError::Closed)?
     }
 }
 
 /// Takes whatever queued (up to [`MAX_ROWS`] rows) and writes it, until the queue closes.
-async fn writer(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>) {
+async fn writer<W: Write>(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending<W>>>>) {
     loop {
         let batch = {
             let mut rx = rx.lock().await;
             let Some(first) = rx.recv().await else {
                 return;
             };
-            let mut rows = first.rows.len();
+            let mut rows = W::rows(&first.part);
             let mut batch = vec![first];
             while rows < MAX_ROWS {
                 match rx.try_recv() {
                     Ok(p) => {
-                        rows += p.rows.len();
+                        rows += W::rows(&p.part);
                         batch.push(p);
                     }
                     Err(_) => break,
@@ -92,14 +103,14 @@ async fn writer(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>) {
             }
             batch
         };
-        write(&pool, batch).await;
+        write::<W>(&pool, batch).await;
     }
 }
 
-/// Writes `batch` in one statement and answers each caller; a refused batch is written again one
-/// caller at a time.
-async fn write(pool: &Pool, batch: Vec<Pending>) {
-    let client = match pool.get().await {
+/// Writes `batch` in one transaction and answers each caller; a refused batch is written again
+/// one caller at a time.
+async fn write<W: Write>(pool: &Pool, batch: Vec<Pending<W>>) {
+    let mut client = match pool.get().await {
         Ok(c) => c,
         Err(e) => {
             let e = pool_err(e);
@@ -109,22 +120,16 @@ async fn write(pool: &Pool, batch: Vec<Pending>) {
             return;
         }
     };
-    let conn = PgConn::PooledClient(&client);
     if batch.len() > 1 {
-        let rows: Vec<&InsertRow> = batch.iter().flat_map(|p| &p.rows).collect();
-        let claims: Vec<Option<&InsertClaim>> = batch
-            .iter()
-            .flat_map(|p| claims_of(&p.take, p.claim.as_ref()))
-            .collect();
-        match insert_bulk(conn, &rows, &claims, true).await {
-            Ok(mut all) => {
-                for p in batch.into_iter().rev() {
-                    let own = all.split_off(all.len() - p.rows.len());
-                    let _ = p.answer.send(Ok(own));
+        let parts: Vec<&W::Part> = batch.iter().map(|p| &p.part).collect();
+        match W::write(&mut client, &parts).await {
+            Ok(outs) => {
+                for (p, out) in batch.into_iter().zip(outs) {
+                    let _ = p.answer.send(Ok(out));
                 }
                 return;
             }
-            // Nothing was written: the database refused the statement. Find whose row it was.
+            // Nothing was written: the database refused the transaction. Find whose part it was.
             Err(e) if refused(&e) => {}
             Err(e) => {
                 for p in batch {
@@ -135,10 +140,8 @@ async fn write(pool: &Pool, batch: Vec<Pending>) {
         }
     }
     for p in batch {
-        let rows: Vec<&InsertRow> = p.rows.iter().collect();
-        let claims = claims_of(&p.take, p.claim.as_ref());
-        let r = insert_bulk(conn, &rows, &claims, true).await;
-        let _ = p.answer.send(r);
+        let r = W::write(&mut client, &[&p.part]).await;
+        let _ = p.answer.send(r.map(|mut outs| outs.remove(0)));
     }
 }
 
@@ -150,4 +153,54 @@ fn refused(e: &StoreError) -> bool {
     };
     src.downcast_ref::<tokio_postgres::Error>()
         .is_some_and(|e| e.code().is_some())
+}
+
+/// Inserts of rows without a unique key: a caller's rows, which of them its claim takes, and
+/// the claim; answered with the caller's rows as inserted.
+pub(super) struct Inserts;
+
+impl Write for Inserts {
+    type Part = (Vec<InsertRow>, Vec<bool>, Option<InsertClaim>);
+    type Out = Vec<Inserted>;
+
+    fn rows(part: &Self::Part) -> usize {
+        part.0.len()
+    }
+
+    async fn write(client: &mut Object, parts: &[&Self::Part]) -> StoreResult<Vec<Vec<Inserted>>> {
+        let rows: Vec<&InsertRow> = parts.iter().flat_map(|p| &p.0).collect();
+        let claims: Vec<Option<&InsertClaim>> = parts
+            .iter()
+            .flat_map(|p| claims_of(&p.1, p.2.as_ref()))
+            .collect();
+        let mut all = insert_bulk(PgConn::PooledClient(client), &rows, &claims, true).await?;
+        let mut outs: Vec<Vec<Inserted>> = parts
+            .iter()
+            .rev()
+            .map(|p| all.split_off(all.len() - p.0.len()))
+            .collect();
+        outs.reverse();
+        Ok(outs)
+    }
+}
+
+/// Finished attempts: a caller's batch, answered with whether each write applied.
+pub(super) struct Finishes;
+
+impl Write for Finishes {
+    type Part = Vec<Finish>;
+    type Out = Vec<bool>;
+
+    fn rows(part: &Self::Part) -> usize {
+        part.len()
+    }
+
+    async fn write(client: &mut Object, parts: &[&Self::Part]) -> StoreResult<Vec<Vec<bool>>> {
+        let all: Vec<&Finish> = parts.iter().flat_map(|p| p.iter()).collect();
+        let mut applied = finish_batch(client, &all).await?.into_iter();
+        Ok(parts
+            .iter()
+            .map(|p| applied.by_ref().take(p.len()).collect())
+            .collect())
+    }
 }

@@ -194,7 +194,8 @@ pub struct PostgresStore {
     target: connect::Target,
     renewals: Renewals,
     cursors: Cursors,
-    inserts: group::InsertQueue,
+    inserts: group::Group<group::Inserts>,
+    finishes: group::Group<group::Finishes>,
 }
 
 /// The connection lease renewals use, apart from the pool: a busy pool never delays a renewal,
@@ -271,7 +272,8 @@ impl PostgresStore {
         }
         drop(client);
         Ok(PostgresStore {
-            inserts: group::InsertQueue::start(pool.clone()),
+            inserts: group::Group::start(pool.clone()),
+            finishes: group::Group::start(pool.clone()),
             pool,
             target,
             renewals: Renewals::default(),
@@ -382,7 +384,7 @@ impl PostgresStore {
         if !rows.is_empty() && rows.iter().all(|r| r.unique_key.is_none()) {
             let take = taken(&rows, 0..rows.len(), claim.as_ref());
             if rows.len() < group::ALONE_FROM {
-                return self.inserts.insert(rows, take, claim).await;
+                return self.inserts.write((rows, take, claim)).await;
             }
             let c = self.client().await?;
             let rows: Vec<&InsertRow> = rows.iter().collect();
@@ -589,112 +591,13 @@ impl Store for PostgresStore {
     }
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+        // A few outcomes (a pull worker's answer, a short completion batch) share a commit with
+        // other callers' (see [`group`]); a large batch fills a transaction by itself.
+        if batch.len() < group::ALONE_FROM {
+            return self.finishes.write(batch).await;
+        }
         let mut c = self.client().await?;
-        let tx = c.transaction().await.map_err(pg_error)?;
-        tx.batch_execute(NO_SEQSCAN).await.map_err(pg_error)?;
-        // Lease-key locks in one order (sorted), before any is needed: two finishers whose
-        // batches release the same keys in different orders can never deadlock.
-        let mut keys: Vec<&str> = batch
-            .iter()
-            .filter_map(|f| f.release_lease.as_deref())
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        if !keys.is_empty() {
-            // One round trip; the locks are taken in the array's order.
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
-                &[&keys],
-            )
-            .await
-            .map_err(pg_error)?;
-        }
-        let mut applied = vec![false; batch.len()];
-        // The common case, completions (releasing the job's lease key or not), in one statement
-        // per owner.
-        type Plain<'a> = (
-            Vec<usize>,
-            Vec<JobId>,
-            Vec<i32>,
-            Vec<Option<&'a str>>,
-            Timestamp,
-        );
-        let mut plain: std::collections::BTreeMap<&str, Plain<'_>> =
-            std::collections::BTreeMap::new();
-        // Rows in id order, as renewals and other batches take them: two writers never each
-        // hold a row the other waits for.
-        let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| batch[i].id);
-        for i in order {
-            let f = &batch[i];
-            if matches!(f.transition, Transition::Complete)
-                && f.periodic.is_none()
-                && f.expired_before.is_none()
-                && f.result.is_none()
-            {
-                let e = plain
-                    .entry(f.owner.as_str())
-                    .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), Vec::new(), f.now));
-                e.0.push(i);
-                e.1.push(f.id);
-                e.2.push(f.attempt as i32);
-                e.3.push(f.release_lease.as_deref());
-                e.4 = e.4.max(f.now);
-            } else {
-                applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
-            }
-        }
-        // Each batch is found by its ids (the primary key). The state and the owner are compared
-        // through coalesce() so that no partial index of running jobs matches the statement: the
-        // planner's statistics lag a fast-growing table and call such an index tiny, and it then
-        // walked every job this process held for each id of the batch (300 ms a batch at 64
-        // slots through the index by owner; 430 ms through the index by lease expiry once the
-        // first was gone).
-        //
-        // A completion that releases a lease key frees its slot and wakes as many sleeping
-        // waiters of the key as it freed slots, as `release_lease` does one by one, in the same
-        // statement: the batch holds its keys' locks for one statement, not for a round trip per
-        // job (with many keys, every job waiting on any of them waited for the whole batch).
-        for (owner, (idx, ids, attempts, releases, now)) in plain {
-            let stmt = tx
-                .prepare_cached(
-                    "WITH done AS (
-                        UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
-                        FROM unnest($2::bigint[], $3::integer[], $5::text[]) AS u(id, attempt, release)
-                        WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4
-                        RETURNING j.id, u.release
-                     ), freed AS (
-                        DELETE FROM onus_leases l USING done d
-                        WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
-                        RETURNING l.key
-                     ), woken AS (
-                        UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1)
-                        FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
-                             LATERAL (SELECT w.id FROM onus_jobs w
-                                      WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
-                                      ORDER BY w.run_at, w.id LIMIT f.n) w
-                        WHERE j.id = w.id
-                        RETURNING j.queue
-                     )
-                     SELECT id, false FROM done
-                     UNION ALL
-                     SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
-                )
-                .await
-                .map_err(pg_error)?;
-            let done: std::collections::HashSet<JobId> = tx
-                .query(&stmt, &[&now, &ids, &attempts, &owner, &releases])
-                .await
-                .map_err(pg_error)?
-                .iter()
-                .filter_map(|r| r.get::<_, Option<JobId>>(0))
-                .collect();
-            for (i, id) in idx.into_iter().zip(ids) {
-                applied[i] = done.contains(&id);
-            }
-        }
-        tx.commit().await.map_err(pg_error)?;
-        Ok(applied)
+        finish_batch(&mut c, &batch.iter().collect::<Vec<_>>()).await
     }
 
     async fn heartbeat(
@@ -875,4 +778,120 @@ async fn listen_loop(target: connect::Target, tx: mpsc::UnboundedSender<Notice>)
             _ = tx.closed() => return,
         }
     }
+}
+
+/// Records `batch` in one transaction on `c`; for each, whether the guarded write applied. A job
+/// listed twice (two callers' batches answering it at once) applies at most once.
+pub(crate) async fn finish_batch(
+    c: &mut deadpool_postgres::Object,
+    batch: &[&Finish],
+) -> StoreResult<Vec<bool>> {
+    let tx = c.transaction().await.map_err(pg_error)?;
+    tx.batch_execute(NO_SEQSCAN).await.map_err(pg_error)?;
+    // Lease-key locks in one order (sorted), before any is needed: two finishers whose
+    // batches release the same keys in different orders can never deadlock.
+    let mut keys: Vec<&str> = batch
+        .iter()
+        .filter_map(|f| f.release_lease.as_deref())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    if !keys.is_empty() {
+        // One round trip; the locks are taken in the array's order.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
+            &[&keys],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    let mut applied = vec![false; batch.len()];
+    // The common case, completions (releasing the job's lease key or not), in one statement
+    // per owner.
+    type Plain<'a> = (
+        Vec<usize>,
+        Vec<JobId>,
+        Vec<i32>,
+        Vec<Option<&'a str>>,
+        Timestamp,
+    );
+    let mut plain: std::collections::BTreeMap<&str, Plain<'_>> =
+        std::collections::BTreeMap::new();
+    // Rows in id order, as renewals and other batches take them: two writers never each
+    // hold a row the other waits for.
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by_key(|&i| batch[i].id);
+    for i in order {
+        let f = &batch[i];
+        if matches!(f.transition, Transition::Complete)
+            && f.periodic.is_none()
+            && f.expired_before.is_none()
+            && f.result.is_none()
+        {
+            let e = plain
+                .entry(f.owner.as_str())
+                .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), Vec::new(), f.now));
+            if e.1.last() == Some(&f.id) {
+                continue; // answered twice at once: the first answer applies, not this one
+            }
+            e.0.push(i);
+            e.1.push(f.id);
+            e.2.push(f.attempt as i32);
+            e.3.push(f.release_lease.as_deref());
+            e.4 = e.4.max(f.now);
+        } else {
+            applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
+        }
+    }
+    // Each batch is found by its ids (the primary key). The state and the owner are compared
+    // through coalesce() so that no partial index of running jobs matches the statement: the
+    // planner's statistics lag a fast-growing table and call such an index tiny, and it then
+    // walked every job this process held for each id of the batch (300 ms a batch at 64
+    // slots through the index by owner; 430 ms through the index by lease expiry once the
+    // first was gone).
+    //
+    // A completion that releases a lease key frees its slot and wakes as many sleeping
+    // waiters of the key as it freed slots, as `release_lease` does one by one, in the same
+    // statement: the batch holds its keys' locks for one statement, not for a round trip per
+    // job (with many keys, every job waiting on any of them waited for the whole batch).
+    for (owner, (idx, ids, attempts, releases, now)) in plain {
+        let stmt = tx
+            .prepare_cached(
+                "WITH done AS (
+                    UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
+                    FROM unnest($2::bigint[], $3::integer[], $5::text[]) AS u(id, attempt, release)
+                    WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4
+                    RETURNING j.id, u.release
+                 ), freed AS (
+                    DELETE FROM onus_leases l USING done d
+                    WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
+                    RETURNING l.key
+                 ), woken AS (
+                    UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1)
+                    FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
+                         LATERAL (SELECT w.id FROM onus_jobs w
+                                  WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
+                                  ORDER BY w.run_at, w.id LIMIT f.n) w
+                    WHERE j.id = w.id
+                    RETURNING j.queue
+                 )
+                 SELECT id, false FROM done
+                 UNION ALL
+                 SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
+            )
+            .await
+            .map_err(pg_error)?;
+        let done: std::collections::HashSet<JobId> = tx
+            .query(&stmt, &[&now, &ids, &attempts, &owner, &releases])
+            .await
+            .map_err(pg_error)?
+            .iter()
+            .filter_map(|r| r.get::<_, Option<JobId>>(0))
+            .collect();
+        for (i, id) in idx.into_iter().zip(ids) {
+            applied[i] = done.contains(&id);
+        }
+    }
+    tx.commit().await.map_err(pg_error)?;
+    Ok(applied)
 }
