@@ -48,6 +48,8 @@ const PROMISED: &[&str] = &[
     "POST /jobs/{id}/fail",
     "POST /jobs/{id}/snooze",
     "POST /jobs/{id}/heartbeat",
+    "POST /jobs/answers",
+    "POST /jobs/heartbeats",
     "GET /alerts",
     "POST /alerts/{id}/ack",
 ];

@@ -163,3 +163,41 @@ pub(crate) async fn a_rescue_applies_only_to_a_lease_that_really_expired(backend
     assert_eq!(w.get(dead).await.state, JobState::Retryable);
     assert_eq!(w.get(alive).await.state, JobState::Running);
 }
+
+/// Two callers ending one attempt at once (a worker's answer sent twice, answers sharing a
+/// commit): exactly one applies, whichever it is, and the job ends once.
+pub(crate) async fn one_attempt_ended_twice_at_once_applies_once(backend: Backend) {
+    let w = world(backend).await;
+    let rows: Vec<InsertRow> = (0..8).map(|_| w.row("a")).collect();
+    w.store.insert(rows).await.unwrap();
+    let jobs = w.claim(&["a"], 8, w.now).await;
+    assert_eq!(jobs.len(), 8);
+    let mut calls = Vec::new();
+    for j in &jobs {
+        for transition in [Transition::Complete, Transition::Complete] {
+            let (store, f) = (w.store.clone(), w.finish(j, transition, w.now));
+            calls.push(tokio::spawn(async move { store.finish(vec![f]).await }));
+        }
+    }
+    let mut applied = Vec::new();
+    for c in calls {
+        applied.push(c.await.unwrap().unwrap()[0]);
+    }
+    for (j, pair) in jobs.iter().zip(applied.chunks(2)) {
+        assert_eq!(
+            pair.iter().filter(|a| **a).count(),
+            1,
+            "job {}: {pair:?}",
+            j.id
+        );
+        assert_eq!(w.get(j).await.state, JobState::Completed);
+    }
+    // Twice in one caller's batch: the first applies.
+    w.insert(w.row("a")).await;
+    let j = w.claim(&["a"], 1, w.now).await.remove(0);
+    let twice = vec![
+        w.finish(&j, Transition::Complete, w.now),
+        w.finish(&j, Transition::Complete, w.now),
+    ];
+    assert_eq!(w.store.finish(twice).await.unwrap(), vec![true, false]);
+}

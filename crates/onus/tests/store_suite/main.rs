@@ -134,6 +134,7 @@ onus_testkit::both!(setup = crate::on;
         finish_applies_only_for_the_lease_holder,
         heartbeat_renews_held_jobs_and_reports_lost_and_cancelled,
         a_rescue_applies_only_to_a_lease_that_really_expired,
+        one_attempt_ended_twice_at_once_applies_once,
     ],
     keys: [
         a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter,
