@@ -806,17 +806,10 @@ pub(crate) async fn finish_batch(
         .map_err(pg_error)?;
     }
     let mut applied = vec![false; batch.len()];
-    // The common case, completions (releasing the job's lease key or not), in one statement
-    // per owner.
-    type Plain<'a> = (
-        Vec<usize>,
-        Vec<JobId>,
-        Vec<i32>,
-        Vec<Option<&'a str>>,
-        Timestamp,
-    );
-    let mut plain: std::collections::BTreeMap<&str, Plain<'_>> =
-        std::collections::BTreeMap::new();
+    // The common case, completions (releasing the job's lease key or not), all in one
+    // statement whatever their owners (a group commit mixes many pull workers' answers).
+    let mut plain: Vec<usize> = Vec::new();
+    let mut now = None;
     // Rows in id order, as renewals and other batches take them: two writers never each
     // hold a row the other waits for.
     let mut order: Vec<usize> = (0..batch.len()).collect();
@@ -828,22 +821,13 @@ pub(crate) async fn finish_batch(
             && f.expired_before.is_none()
             && f.result.is_none()
         {
-            let e = plain
-                .entry(f.owner.as_str())
-                .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), Vec::new(), f.now));
-            if e.1.last() == Some(&f.id) {
-                continue; // answered twice at once: the first answer applies, not this one
-            }
-            e.0.push(i);
-            e.1.push(f.id);
-            e.2.push(f.attempt as i32);
-            e.3.push(f.release_lease.as_deref());
-            e.4 = e.4.max(f.now);
+            plain.push(i);
+            now = now.max(Some(f.now));
         } else {
             applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
         }
     }
-    // Each batch is found by its ids (the primary key). The state and the owner are compared
+    // Each row is found by its id (the primary key). The state and the owner are compared
     // through coalesce() so that no partial index of running jobs matches the statement: the
     // planner's statistics lag a fast-growing table and call such an index tiny, and it then
     // walked every job this process held for each id of the batch (300 ms a batch at 64
@@ -854,14 +838,24 @@ pub(crate) async fn finish_batch(
     // waiters of the key as it freed slots, as `release_lease` does one by one, in the same
     // statement: the batch holds its keys' locks for one statement, not for a round trip per
     // job (with many keys, every job waiting on any of them waited for the whole batch).
-    for (owner, (idx, ids, attempts, releases, now)) in plain {
+    //
+    // A job listed twice (two callers answering it at once) is updated once, through one of
+    // its listings: the statement answers which by position, so exactly one applies.
+    if let Some(now) = now {
+        let ids: Vec<JobId> = plain.iter().map(|&i| batch[i].id).collect();
+        let attempts: Vec<i32> = plain.iter().map(|&i| batch[i].attempt as i32).collect();
+        let owners: Vec<&str> = plain.iter().map(|&i| batch[i].owner.as_str()).collect();
+        let releases: Vec<Option<&str>> = plain
+            .iter()
+            .map(|&i| batch[i].release_lease.as_deref())
+            .collect();
         let stmt = tx
             .prepare_cached(
                 "WITH done AS (
                     UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
-                    FROM unnest($2::bigint[], $3::integer[], $5::text[]) AS u(id, attempt, release)
-                    WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4
-                    RETURNING j.id, u.release
+                    FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) WITH ORDINALITY AS u(id, attempt, owner, release, ord)
+                    WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = u.owner
+                    RETURNING j.id, u.release, u.ord
                  ), freed AS (
                     DELETE FROM onus_leases l USING done d
                     WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
@@ -875,21 +869,20 @@ pub(crate) async fn finish_batch(
                     WHERE j.id = w.id
                     RETURNING j.queue
                  )
-                 SELECT id, false FROM done
+                 SELECT ord, false FROM done
                  UNION ALL
                  SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
             )
             .await
             .map_err(pg_error)?;
-        let done: std::collections::HashSet<JobId> = tx
-            .query(&stmt, &[&now, &ids, &attempts, &owner, &releases])
+        let rows = tx
+            .query(&stmt, &[&now, &ids, &attempts, &owners, &releases])
             .await
-            .map_err(pg_error)?
-            .iter()
-            .filter_map(|r| r.get::<_, Option<JobId>>(0))
-            .collect();
-        for (i, id) in idx.into_iter().zip(ids) {
-            applied[i] = done.contains(&id);
+            .map_err(pg_error)?;
+        for r in &rows {
+            if let Some(ord) = r.get::<_, Option<i64>>(0) {
+                applied[plain[ord as usize - 1]] = true;
+            }
         }
     }
     tx.commit().await.map_err(pg_error)?;
