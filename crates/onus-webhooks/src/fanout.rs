@@ -1,4 +1,4 @@
-//! Fan-out: one delivery job per enabled, subscribed endpoint of the event's tenant, unique per event and endpoint, five
+//! Fan-out: one delivery job per enabled, subscribed endpoint of the event's tenant, one per event and endpoint, five
 //! minutes out for an endpoint that is failing (cooldown) and at once for a healthy one.
 
 use onus::{JobContext, JobResult, NewJob};
@@ -33,9 +33,10 @@ impl Webhooks {
                 event_id: event.id.clone(),
                 endpoint_id: e.id.clone(),
             };
-            let job = NewJob::new(DELIVER, serde_json::to_value(&args)?)
-                .unique_key(format!("{}:{}", event.id, e.id))
-                .lease_key(lease_key(&e.id));
+            // One job per delivery row (event and endpoint): the row, inserted with the job, is
+            // what makes a second fan-out of the event add nothing.
+            let job =
+                NewJob::new(DELIVER, serde_json::to_value(&args)?).lease_key(lease_key(&e.id));
             // A failing endpoint gets new deliveries after a cooldown; a healthy one at once.
             let job = if e.failing_since.is_some() {
                 job.run_at(onus::clock::add(now, self.inner.cfg.cooldown))
@@ -53,9 +54,7 @@ impl Webhooks {
             .db
             .tx(move |tx| {
                 Box::pin(async move {
-                    for (endpoint, row) in deliveries {
-                        sql::insert_delivery(tx, &event_id, &endpoint, row, now).await?;
-                    }
+                    sql::insert_deliveries(tx, &event_id, deliveries, now).await?;
                     Ok::<_, Error>(())
                 })
             })

@@ -167,15 +167,28 @@ pub(crate) static DELIVERIES_OF_EVENT: Sql = Sql::new(
      ORDER BY created_at, endpoint_id",
 );
 
-static SET_DELIVERY_JOB: Sql = Sql::new(
+// A fan-out's deliveries, one statement for all its endpoints ($3); the endpoints answered are
+// those without a delivery of the event yet.
+static INSERT_DELIVERIES: Sql = Sql::per_backend(
     DELIVERIES,
-    "UPDATE onus_deliveries SET job_id = $1 WHERE event_id = $2 AND endpoint_id = $3",
+    "INSERT INTO onus_deliveries (event_id, endpoint_id, created_at)
+     SELECT $1, value, $2 FROM json_each($3) WHERE true
+     ON CONFLICT (event_id, endpoint_id) DO NOTHING RETURNING endpoint_id",
+    "INSERT INTO onus_deliveries (event_id, endpoint_id, created_at)
+     SELECT $1, e, $2 FROM unnest($3::text[]) AS e
+     ON CONFLICT (event_id, endpoint_id) DO NOTHING RETURNING endpoint_id",
 );
 
-static INSERT_DELIVERY: Sql = Sql::new(
+// Each new delivery's job: endpoints ($1) and their jobs ($2), in the same order.
+static SET_DELIVERY_JOBS: Sql = Sql::per_backend(
     DELIVERIES,
-    "INSERT INTO onus_deliveries (event_id, endpoint_id, created_at) VALUES ($1, $2, $3)
-     ON CONFLICT (event_id, endpoint_id) DO NOTHING RETURNING endpoint_id",
+    "UPDATE onus_deliveries SET job_id = (
+        SELECT j.value FROM json_each($1) e JOIN json_each($2) j ON j.key = e.key
+        WHERE e.value = onus_deliveries.endpoint_id)
+     WHERE event_id = $3 AND endpoint_id IN (SELECT value FROM json_each($1))",
+    "UPDATE onus_deliveries d SET job_id = u.job
+     FROM unnest($1::text[], $2::bigint[]) AS u(endpoint, job)
+     WHERE d.event_id = $3 AND d.endpoint_id = u.endpoint",
 );
 
 static INSERT_ATTEMPT: Sql = Sql::new(
@@ -296,29 +309,45 @@ pub(crate) async fn insert_event<T: Tx + ?Sized>(
 
 /// Records that `event` fans out to `endpoint` and inserts its delivery job, unless that pair
 /// was fanned out before (a fan-out that runs again delivers nothing twice). True when new.
-pub(crate) async fn insert_delivery<T: Tx + ?Sized>(
+/// Inserts the deliveries of `event` to `rows`' endpoints that it does not have yet, each with
+/// its job (prepared, without a unique key: the delivery's row is the one per event and
+/// endpoint), in three statements whatever the number of endpoints. Returns how many were new.
+pub(crate) async fn insert_deliveries<T: Tx + ?Sized>(
     tx: &T,
     event: &EventId,
-    endpoint: &EndpointId,
-    job: InsertRow,
+    rows: Vec<(EndpointId, InsertRow)>,
     now: Timestamp,
-) -> StoreResult<bool> {
-    let new = tx
-        .query(
-            &INSERT_DELIVERY,
-            &[event.into(), endpoint.into(), now.into()],
-        )
-        .await?;
-    if new.is_empty() {
-        return Ok(false);
+) -> StoreResult<usize> {
+    let endpoints = Value::list(rows.iter().map(|(e, _)| e.as_str()));
+    let new: std::collections::HashSet<String> = tx
+        .query(&INSERT_DELIVERIES, &[event.into(), now.into(), endpoints])
+        .await?
+        .iter()
+        .map(|r| r.get("endpoint_id"))
+        .collect::<StoreResult<_>>()?;
+    let (endpoints, jobs): (Vec<EndpointId>, Vec<InsertRow>) = rows
+        .into_iter()
+        .filter(|(e, _)| new.contains(e.as_str()))
+        .unzip();
+    if jobs.is_empty() {
+        return Ok(0);
     }
-    let job = tx.insert_job(job).await?.job.id;
+    let ids: Vec<i64> = tx
+        .insert_jobs(jobs)
+        .await?
+        .iter()
+        .map(|i| i.job.id)
+        .collect();
     tx.execute(
-        &SET_DELIVERY_JOB,
-        &[job.into(), event.into(), endpoint.into()],
+        &SET_DELIVERY_JOBS,
+        &[
+            Value::list(endpoints.iter().map(|e| e.as_str())),
+            Value::list(ids.iter().copied()),
+            event.into(),
+        ],
     )
     .await?;
-    Ok(true)
+    Ok(ids.len())
 }
 
 /// Records one delivery attempt.

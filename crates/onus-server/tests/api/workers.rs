@@ -409,7 +409,9 @@ pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World
     let a = a["answers"].as_array().unwrap().clone();
     assert_eq!(a.len(), 6, "{a:?}");
     assert_eq!(
-        a.iter().map(|x| x["id"].as_i64().unwrap()).collect::<Vec<_>>(),
+        a.iter()
+            .map(|x| x["id"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
         vec![id(0), id(1), id(2), id(3), id(4), id(0)],
         "in the order sent"
     );
@@ -432,7 +434,11 @@ pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World
             .starts_with("answers[4].message"),
         "names the item and its field: {a:?}"
     );
-    assert_eq!(a[5]["error"]["status"], json!(422), "twice in one call: {a:?}");
+    assert_eq!(
+        a[5]["error"]["status"],
+        json!(422),
+        "twice in one call: {a:?}"
+    );
     // What each job now is, read back on its own.
     let job = |i: usize| {
         let w = &w;
@@ -451,9 +457,16 @@ pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World
         "{second}"
     );
     let third = job(2).await;
-    assert_eq!((&third["snoozes"], &third["attempt"]), (&json!(1), &json!(0)));
+    assert_eq!(
+        (&third["snoozes"], &third["attempt"]),
+        (&json!(1), &json!(0))
+    );
     let fifth = job(4).await;
-    assert_eq!(fifth["state"], json!("running"), "a refused answer changes nothing");
+    assert_eq!(
+        fifth["state"],
+        json!("running"),
+        "a refused answer changes nothing"
+    );
     // The refused one is answered again, alone and right.
     let (s, a) = w
         .post(
@@ -461,7 +474,11 @@ pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World
             json!({"answers": [{"id": id(4), "lease_token": token(4), "outcome": "fail", "message": "bad input", "discard": true}]}),
         )
         .await;
-    assert_eq!((s, &a["answers"][0]["state"]), (200, &json!("discarded")), "{a}");
+    assert_eq!(
+        (s, &a["answers"][0]["state"]),
+        (200, &json!("discarded")),
+        "{a}"
+    );
     // A call that is wrong as a whole says so and answers nothing.
     let many: Vec<Value> = (0..1001)
         .map(|i| json!({"id": i, "lease_token": "x.1", "outcome": "complete"}))
@@ -470,7 +487,11 @@ pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World
         .post("/api/v1/jobs/answers", json!({ "answers": many }))
         .await;
     assert!(
-        s == 422 && e["error"]["message"].as_str().unwrap().contains("at most 1000"),
+        s == 422
+            && e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("at most 1000"),
         "{e}"
     );
     let (s, e) = w
@@ -515,7 +536,11 @@ pub async fn many_heartbeats_in_one_call_are_each_renewed_or_refused_alone(w: Wo
         "{b:?}"
     );
     assert!(b[0]["lease_expires_at"].is_string(), "{b:?}");
-    assert_eq!(b[2]["error"]["status"], json!(409), "answered already: {b:?}");
+    assert_eq!(
+        b[2]["error"]["status"],
+        json!(409),
+        "answered already: {b:?}"
+    );
     assert_eq!(b[3]["error"]["status"], json!(422), "{b:?}");
     let (_, j) = w.get(&format!("/api/v1/jobs/{}", id(0))).await;
     assert_eq!(j["progress"]["message"], json!("half"), "{j}");

@@ -562,8 +562,7 @@ impl Client {
             };
             // A job with a lease key took it at its claim; its answer releases it.
             let release = job.lease_key.clone();
-            let mut finish =
-                super::attempt::ended(&self.shared, job, Some(end), &policy, release);
+            let mut finish = super::attempt::ended(&self.shared, job, Some(end), &policy, release);
             finish.result = a
                 .kept
                 .filter(|_| matches!(finish.transition, Transition::Complete));

@@ -19,6 +19,12 @@ pub trait JobTx: Tx {
             .ok_or_else(|| StoreError::Query("an insert of one row returned none".into(), None))
     }
 
+    /// Inserts jobs (each prepared with [`crate::Client::prepare`]) in this transaction, in
+    /// order: rows without a unique key in one statement per run of them.
+    async fn insert_jobs(&self, rows: Vec<InsertRow>) -> StoreResult<Vec<Inserted>> {
+        crate::store::insert::insert(self, rows, None).await
+    }
+
     /// Records a finished attempt in this transaction, guarded like [`Store::finish`] (the job
     /// must still be running this attempt for its owner): false when it was not. Handlers use it
     /// through [`crate::JobContext::complete_with`].
