@@ -107,6 +107,25 @@ impl Webhooks {
         // A destination the guard refused was never reached: the endpoint did not fail (its
         // other deliveries get no cooldown), the delivery is discarded as unsendable.
         let refused = sent.blocked.is_some();
+        if success {
+            // The attempt's record, the endpoint's health and the job's completion (its lease
+            // key let go of, the key's next delivery woken) in one commit.
+            let (a, e) = (attempt.clone(), ep.clone());
+            let done = ctx
+                .complete_with(move |tx| {
+                    Box::pin(async move {
+                        sql::insert_attempt(tx, &a).await?;
+                        sql::mark_healthy(tx, &e).await?;
+                        Ok::<_, Error>(())
+                    })
+                })
+                .await;
+            if done.is_ok() {
+                return Ok(());
+            }
+            // The lease was lost meanwhile (or the write failed): the attempt is still recorded
+            // on its own below, and the job layer decides what becomes of the job.
+        }
         let failing_since = self
             .inner
             .db
