@@ -3,15 +3,18 @@
 //! database, several times in one run; prints medians as a Markdown table:
 //!
 //! - `POST /jobs`: jobs inserted per second, one per request, from `--clients` concurrent clients;
+//! - `POST /events`: events published per second (no endpoint subscribed: the event and its
+//!   fan-out job), one per request, from as many clients;
 //! - `POST /jobs/batch`: jobs inserted per second, in batches of 1,000;
-//! - pull workers: jobs claimed and completed per second by `--clients` concurrent workers
+//! - pull workers: jobs claimed and completed per second by the first `--clients` count of workers
 //!   (`POST /queues/{name}/claim` with `limit` 50, then one `POST /jobs/{id}/complete` each, or
 //!   one `POST /jobs/answers` for all 50);
 //! - beside them, `pgbench -N` with as many clients on a fresh database of the same PostgreSQL:
 //!   the durable commits per second this machine allows one row at a time.
 //!
-//! Options: `--reps R` (3), `--n N` (single inserts, 5000; the batch and pull workloads use 10 N),
-//! `--clients C` (16).
+//! Options: `--reps R` (3), `--n N` (single requests, 5000; the batch and pull workloads use 10 N),
+//! `--clients C,...` (16,64: each count for the single requests and pgbench; the first for the
+//! pull workers).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,20 +91,25 @@ pub(crate) async fn post(
     }
 }
 
-/// Jobs per second through `POST /jobs`, one job per request.
-async fn singles(s: &Arc<Server>, n: usize, clients: usize) -> Result<f64, String> {
+/// Requests per second through `POST {path}`, one job or event per request (`body(i)` for the
+/// i-th), from `clients` clients at once.
+async fn singles(
+    s: &Arc<Server>,
+    n: usize,
+    clients: usize,
+    path: &'static str,
+    body: fn(usize) -> Value,
+) -> Result<f64, String> {
     let left = Arc::new(AtomicUsize::new(n));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let (s, left) = (s.clone(), left.clone());
         tasks.push(tokio::spawn(async move {
-            while left
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
-                .is_ok()
+            while let Ok(i) =
+                left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
             {
-                s.post("/jobs", &json!({"kind": "bench.pull", "args": {"n": 1}}))
-                    .await?;
+                s.post(path, &body(i)).await?;
             }
             Ok::<_, String>(())
         }));
@@ -181,24 +189,29 @@ async fn pull(s: &Arc<Server>, n: usize, clients: usize, together: bool) -> Resu
 struct Opts {
     reps: usize,
     n: usize,
-    clients: usize,
+    /// The client counts of the single requests and pgbench; the pull workers are the first.
+    clients: Vec<usize>,
 }
 
 fn opts() -> Result<Opts, String> {
     let mut o = Opts {
         reps: 3,
         n: 5000,
-        clients: 16,
+        clients: vec![16, 64],
     };
     let args: Vec<String> = std::env::args().skip(2).collect();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
-        let n: usize = v.parse().map_err(|_| format!("{a} {v}: not a number"))?;
+        let ns: Vec<usize> = v
+            .split(',')
+            .map(|n| n.trim().parse().map(|n: usize| n.max(1)))
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("{a} {v}: not a number (or a list of numbers with commas)"))?;
         match a.as_str() {
-            "--reps" => o.reps = n.max(1),
-            "--n" => o.n = n.max(1),
-            "--clients" => o.clients = n.max(1),
+            "--reps" => o.reps = ns[0],
+            "--n" => o.n = ns[0],
+            "--clients" => o.clients = ns,
             _ => return Err(format!("unknown option {a}; see the module docs")),
         }
     }
@@ -218,34 +231,33 @@ async fn run(o: &Opts) -> Result<(), String> {
         o.reps
     );
     println!("|---|---|---|");
-    let mut rows: Vec<(String, [Vec<f64>; 2])> = vec![
-        (
-            format!("`POST /jobs`, {} clients", o.clients),
+    let pullers = o.clients[0];
+    let mut rows: Vec<(String, [Vec<f64>; 2])> = Vec::new();
+    for c in &o.clients {
+        rows.push((format!("`POST /jobs`, {c} clients"), Default::default()));
+    }
+    for c in &o.clients {
+        rows.push((
+            format!("`POST /events` (no endpoint), {c} clients"),
             Default::default(),
-        ),
-        (
-            "`POST /jobs/batch`, 1,000 a batch".into(),
+        ));
+    }
+    let batch_row = rows.len();
+    for name in [
+        "`POST /jobs/batch`, 1,000 a batch".to_string(),
+        format!("pull: claim 50 + complete each, {pullers} workers"),
+        format!("pull: claim 50 + one `POST /jobs/answers` for them, {pullers} workers"),
+    ] {
+        rows.push((name, Default::default()));
+    }
+    let pgbench_row = rows.len();
+    for c in &o.clients {
+        rows.push((
+            format!("for comparison: `pgbench -N -c {c}` (durable one-row transactions/s; PostgreSQL only)"),
             Default::default(),
-        ),
-        (
-            format!("pull: claim 50 + complete each, {} workers", o.clients),
-            Default::default(),
-        ),
-        (
-            format!(
-                "pull: claim 50 + one `POST /jobs/answers` for them, {} workers",
-                o.clients
-            ),
-            Default::default(),
-        ),
-        (
-            format!(
-                "for comparison: `pgbench -N -c {}` (durable one-row transactions/s; PostgreSQL only)",
-                o.clients
-            ),
-            Default::default(),
-        ),
-    ];
+        ));
+    }
+    let k = o.clients.len();
     for rep in 0..o.reps {
         for (b, backend) in ["sqlite", "postgres"].into_iter().enumerate() {
             let url = match backend {
@@ -256,15 +268,22 @@ async fn run(o: &Opts) -> Result<(), String> {
                 _ => pg.fresh_database().await.map_err(|e| e.to_string())?,
             };
             let s = Arc::new(Server::start(&url).await?);
-            rows[0].1[b].push(singles(&s, o.n, o.clients).await?);
-            rows[1].1[b].push(batches(&s, o.n * 10).await?);
-            rows[2].1[b].push(pull(&s, o.n * 10, o.clients, false).await?);
+            for (i, c) in o.clients.iter().enumerate() {
+                let job = |_| json!({"kind": "bench.pull", "args": {"n": 1}});
+                rows[i].1[b].push(singles(&s, o.n, *c, "/jobs", job).await?);
+                let event = |i| json!({"event_type": "bench.event", "payload": {"i": i}});
+                rows[k + i].1[b].push(singles(&s, o.n, *c, "/events", event).await?);
+            }
+            rows[batch_row].1[b].push(batches(&s, o.n * 10).await?);
+            rows[batch_row + 1].1[b].push(pull(&s, o.n * 10, pullers, false).await?);
             batches(&s, o.n * 10).await?; // as many jobs again for the answers together
-            rows[3].1[b].push(pull(&s, o.n * 10, o.clients, true).await?);
+            rows[batch_row + 2].1[b].push(pull(&s, o.n * 10, pullers, true).await?);
             if backend == "postgres" {
-                let url = pg.fresh_database().await.map_err(|e| e.to_string())?;
-                let p = crate::suite::pgbench(&pg, &url, o.clients, None)?;
-                rows[4].1[b].push(p.tps);
+                for (i, c) in o.clients.iter().enumerate() {
+                    let url = pg.fresh_database().await.map_err(|e| e.to_string())?;
+                    let p = crate::suite::pgbench(&pg, &url, *c, None)?;
+                    rows[pgbench_row + i].1[b].push(p.tps);
+                }
             }
             eprintln!("rep {rep} {backend}: done");
         }
