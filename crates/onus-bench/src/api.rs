@@ -271,7 +271,7 @@ async fn run(o: &Opts) -> Result<(), String> {
             for (i, c) in o.clients.iter().enumerate() {
                 let job = |_| json!({"kind": "bench.pull", "args": {"n": 1}});
                 rows[i].1[b].push(singles(&s, o.n, *c, "/jobs", job).await?);
-                let event = |i| json!({"event_type": "bench.event", "payload": {"i": i}});
+                let event = |i| json!({"type": "bench.event", "payload": {"i": i}});
                 rows[k + i].1[b].push(singles(&s, o.n, *c, "/events", event).await?);
             }
             rows[batch_row].1[b].push(batches(&s, o.n * 10).await?);
