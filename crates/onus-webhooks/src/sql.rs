@@ -307,11 +307,10 @@ pub(crate) async fn insert_event<T: Tx + ?Sized>(
     Ok(true)
 }
 
-/// Records that `event` fans out to `endpoint` and inserts its delivery job, unless that pair
-/// was fanned out before (a fan-out that runs again delivers nothing twice). True when new.
 /// Inserts the deliveries of `event` to `rows`' endpoints that it does not have yet, each with
 /// its job (prepared, without a unique key: the delivery's row is the one per event and
-/// endpoint), in three statements whatever the number of endpoints. Returns how many were new.
+/// endpoint), in three statements whatever the number of endpoints: a fan-out that runs again
+/// delivers nothing twice. Returns how many were new.
 pub(crate) async fn insert_deliveries<T: Tx + ?Sized>(
     tx: &T,
     event: &EventId,
