@@ -108,8 +108,21 @@ impl Webhooks {
             .db
             .read_rows(&sql::DELIVERIES_OF_EVENT, vec![(&event.id).into()])
             .await?;
-        let attempts = self.attempts(event_id).await?;
         let client = self.client()?;
+        // The jobs' states before the attempts: an attempt is written with its job's end or
+        // before it, so a job read as finished has its attempts in the later read.
+        let ids: Vec<i64> = rows.iter().filter_map(|r| r.job_id).collect();
+        let mut states = std::collections::HashMap::new();
+        if !ids.is_empty() {
+            let f = JobFilter {
+                ids: ids.clone(),
+                ..JobFilter::default()
+            };
+            for job in client.list(&f, ids.len(), None).await? {
+                states.insert(job.id, job.state);
+            }
+        }
+        let attempts = self.attempts(event_id).await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let mine: Vec<DeliveryAttempt> = attempts
@@ -119,13 +132,14 @@ impl Webhooks {
                 .collect();
             // Deliveries recorded before their job was: the job of their attempts.
             let job_id = r.job_id.or_else(|| mine.first().map(|a| a.job_id));
-            let state = match job_id {
-                Some(j) => match client.get(j).await {
+            let state = match (job_id, r.job_id) {
+                (Some(j), Some(_)) => states.get(&j).copied(),
+                (Some(j), None) => match client.get(j).await {
                     Ok(job) => Some(job.state),
                     Err(onus::Error::Store(onus::StoreError::NotFound(_))) => None,
                     Err(e) => return Err(e.into()),
                 },
-                None => None,
+                (None, _) => None,
             };
             out.push(Delivery {
                 endpoint_id: r.endpoint_id,

@@ -2,6 +2,7 @@
 //! pruning them.
 
 use onus::sql::Tx;
+use onus::store::JobTx;
 use onus::{JobError, NewJob, Timestamp};
 
 use crate::endpoints::check_tenant;
@@ -65,7 +66,10 @@ impl Webhooks {
         let fresh = self
             .inner
             .db
-            .tx(move |tx| Box::pin(write_publish(tx, p)))
+            .tx({
+                let hooks = self.clone();
+                move |tx| Box::pin(async move { hooks.write_publish(tx, p).await })
+            })
             .await?;
         self.client()?.notify_inserted(onus::DEFAULT_QUEUE);
         let stored = self.event(&id).await?;
@@ -126,7 +130,7 @@ impl Webhooks {
     ) -> Result<EventId, Error> {
         let p = self.prepare_publish(new)?;
         let id = p.event.id.clone();
-        write_publish(tx, p).await?;
+        self.write_publish(tx, p).await?;
         Ok(id)
     }
 
@@ -227,12 +231,37 @@ impl Webhooks {
     }
 }
 
-/// Writes a checked event and, when it is new, its fan-out job.
-/// Writes the event and its fan-out; the id when the event is new, `None` when one with its id
-/// was there already.
-async fn write_publish<T: Tx + ?Sized>(tx: &T, p: Publish) -> Result<Option<EventId>, Error> {
-    let fresh = sql::insert_event(tx, &p.event, p.fanout).await?;
-    Ok(fresh.then_some(p.event.id))
+impl Webhooks {
+    /// Writes the event and, when it is new, its fan-out: the deliveries themselves when the
+    /// event's tenant has few endpoints, its fan-out job when it has many. The id when the event
+    /// is new, `None` when one with its id was there already.
+    async fn write_publish<T: Tx + ?Sized>(
+        &self,
+        tx: &T,
+        p: Publish,
+    ) -> Result<Option<EventId>, Error> {
+        if !sql::insert_event(tx, &p.event).await? {
+            return Ok(None);
+        }
+        let e = &p.event;
+        let candidates =
+            sql::endpoints_upto(tx, e.tenant.as_deref(), crate::fanout::INLINE_FANOUT + 1).await?;
+        if candidates.len() > crate::fanout::INLINE_FANOUT {
+            tx.insert_job(p.fanout).await?;
+        } else {
+            let target = crate::fanout::Target {
+                id: &e.id,
+                event_type: &e.event_type,
+                tenant: e.tenant.as_deref(),
+                only_endpoint: e.only_endpoint.as_ref(),
+            };
+            let deliveries = self.deliveries_of(self.client()?, &target, candidates, e.now)?;
+            if !deliveries.is_empty() {
+                sql::insert_deliveries(tx, &e.id, deliveries, e.now).await?;
+            }
+        }
+        Ok(Some(p.event.id))
+    }
 }
 
 fn same_event(stored: &Event, new: &NewEvent) -> Result<(), Error> {

@@ -57,6 +57,20 @@ pub(crate) static TENANT_ENDPOINTS: Sql = Sql::new(
      FROM onus_endpoints WHERE tenant = $1 ORDER BY created_at, id",
 );
 
+// The first endpoints of a tenant ($1), at most $2: a publish reads them to fan out itself.
+static TENANT_ENDPOINTS_UPTO: Sql = Sql::new(
+    ENDPOINTS,
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload
+     FROM onus_endpoints WHERE tenant = $1 ORDER BY created_at, id LIMIT $2",
+);
+
+// The first endpoints without a tenant, at most $1.
+static UNTENANTED_ENDPOINTS_UPTO: Sql = Sql::new(
+    ENDPOINTS,
+    "SELECT id, url, description, event_types, secrets, enabled, disabled_reason, disabled_at, failing_since, last_failure_at, created_at, tenant, headers, payload
+     FROM onus_endpoints WHERE tenant IS NULL ORDER BY created_at, id LIMIT $1",
+);
+
 pub(crate) static UPDATE_ENDPOINT: Sql = Sql::new(
     ENDPOINTS,
     "UPDATE onus_endpoints SET url = $1, description = $2, event_types = $3, headers = $4, updated_at = $5, payload = $6 WHERE id = $7
@@ -280,13 +294,8 @@ pub(crate) struct EventRow {
     pub only_endpoint: Option<EndpointId>,
 }
 
-/// Writes an event and, when it is new, its fan-out job; true when the event was new (a
-/// concurrent publish of the same id delivers once).
-pub(crate) async fn insert_event<T: Tx + ?Sized>(
-    tx: &T,
-    e: &EventRow,
-    fanout: InsertRow,
-) -> StoreResult<bool> {
+/// Writes an event; true when it was new (a concurrent publish of the same id delivers once).
+pub(crate) async fn insert_event<T: Tx + ?Sized>(tx: &T, e: &EventRow) -> StoreResult<bool> {
     let new = tx
         .query(
             &INSERT_EVENT,
@@ -300,11 +309,20 @@ pub(crate) async fn insert_event<T: Tx + ?Sized>(
             ],
         )
         .await?;
-    if new.is_empty() {
-        return Ok(false);
+    Ok(!new.is_empty())
+}
+
+/// The endpoints an event of `tenant` may reach, the first `upto` of them.
+pub(crate) async fn endpoints_upto<T: Tx + ?Sized>(
+    tx: &T,
+    tenant: Option<&str>,
+    upto: usize,
+) -> StoreResult<Vec<Endpoint>> {
+    let upto = Value::Int(upto as i64);
+    match tenant {
+        Some(t) => tx.fetch(&TENANT_ENDPOINTS_UPTO, &[t.into(), upto]).await,
+        None => tx.fetch(&UNTENANTED_ENDPOINTS_UPTO, &[upto]).await,
     }
-    tx.insert_job(fanout).await?;
-    Ok(true)
 }
 
 /// Inserts the deliveries of `event` to `rows`' endpoints that it does not have yet, each with

@@ -97,6 +97,8 @@ impl World {
         }
     }
 
+    /// Waits until the event's fan-out is done: at its publish (few endpoints, no fan-out job)
+    /// or by its fan-out job.
     async fn wait_fanned_out(&self, event: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
@@ -110,7 +112,7 @@ impl World {
                 .await
                 .unwrap()
                 .iter()
-                .any(|j| j.args["event_id"] == event && j.state == JobState::Completed);
+                .all(|j| j.args["event_id"] != event || j.state == JobState::Completed);
             if done {
                 return;
             }
@@ -152,6 +154,7 @@ onus_testkit::both!(
     old_events_are_pruned_and_their_deliveries_discarded,
     endless_retry_after_spends_attempts_after_five_snoozes,
     a_fanout_that_runs_again_delivers_nothing_twice,
+    an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_publish,
     a_connection_failure_is_recorded_as_an_attempt,
     regression_a_2xx_with_a_nul_in_its_body_is_a_success,
     regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print,
@@ -936,12 +939,9 @@ async fn publish_commits_with_the_callers_transaction_or_not_at_all(backend: Bac
         .await
         .unwrap();
     assert!(
-        fanouts
-            .iter()
-            .all(|j| j.args["event_id"] != rolled_back.as_str()),
-        "a rolled-back event has no fan-out job: {fanouts:?}"
+        fanouts.is_empty(),
+        "an event for one endpoint fans out in its publish's transaction, without a job: {fanouts:?}"
     );
-    assert_eq!(fanouts.len(), 1, "{fanouts:?}");
     assert_eq!(sink.count(), 1);
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&sink.received()[0].body).unwrap()["data"],
@@ -1126,5 +1126,50 @@ async fn a_connection_failure_is_recorded_as_an_attempt(backend: Backend) {
         "{:?}",
         a[0].error
     );
+    w.stop().await;
+}
+
+/// An event for a few endpoints gets its deliveries in its publish's transaction; one for more
+/// than a publish writes itself (64) gets them from a fan-out job, every endpoint once.
+async fn an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_publish(
+    backend: Backend,
+) {
+    let sink = HttpSink::start(|_, _| Reply::status(200)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    w.endpoint(sink.url("/hook")).await;
+    let fanouts = |event: String| {
+        let w = &w;
+        async move {
+            let f = JobFilter {
+                kinds: vec![onus_webhooks::FANOUT.into()],
+                ..Default::default()
+            };
+            let all = w.store.list(&f, 1000, None).await.unwrap();
+            all.into_iter()
+                .filter(|j| j.args["event_id"] == event.as_str())
+                .count()
+        }
+    };
+    let few = w.hooks.publish("x", json!({}), None).await.unwrap();
+    assert_eq!(
+        w.deliveries(&few.id).await.len(),
+        1,
+        "written with the publish, before any job ran"
+    );
+    assert_eq!(fanouts(few.id.to_string()).await, 0);
+    for _ in 0..64 {
+        w.endpoint(sink.url("/hook")).await;
+    }
+    let many = w.hooks.publish("x", json!({}), None).await.unwrap();
+    assert_eq!(fanouts(many.id.to_string()).await, 1);
+    w.wait_fanned_out(&many.id).await;
+    let d = w.deliveries(&many.id).await;
+    let mut endpoints: Vec<&str> = d
+        .iter()
+        .map(|j| j.args["endpoint_id"].as_str().unwrap())
+        .collect();
+    endpoints.sort_unstable();
+    endpoints.dedup();
+    assert_eq!((d.len(), endpoints.len()), (65, 65), "every endpoint once");
     w.stop().await;
 }
