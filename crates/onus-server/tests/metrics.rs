@@ -154,8 +154,10 @@ async fn workload(backend: Backend) {
         1.0
     );
     assert_eq!(delta("onus_snoozes_total", &["kind=\"http.request\""]), 1.0);
+    // Four delivery attempts and two of the request (its snooze, then its run); the event
+    // fanned out at its publish, without a job.
     assert!(
-        delta("onus_pickup_delay_seconds_count", &[]) >= 7.0,
+        delta("onus_pickup_delay_seconds_count", &[]) >= 6.0,
         "every claim is measured"
     );
     assert!(delta("onus_attempt_duration_seconds_count", &[deliver]) >= 4.0);
