@@ -18,8 +18,8 @@ pub(crate) struct QueuedOutcome {
     /// recorded (an outcome refused by its lease guard was never this process's to count).
     pub(crate) counted: Option<(String, Option<Duration>)>,
     /// The handler completed the job in its own transaction
-    /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): this write finds it
-    /// done, which is no lost lease.
+    /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): the finisher writes
+    /// nothing for it, only releases its hold and counts it.
     pub(crate) pre_completed: bool,
     /// The attempt's count on its lease key, let go of (dropped) when this outcome is written or
     /// given up.

@@ -89,6 +89,17 @@ async fn write_outcomes(
                 }
             }
         }
+        // Completed in their handlers' own transactions (`complete_with`): written already.
+        if pending.iter().any(|p| p.outcome.pre_completed) {
+            let (done, rest): (Vec<Pending>, Vec<Pending>) =
+                pending.drain(..).partition(|p| p.outcome.pre_completed);
+            pending = rest;
+            let done: Vec<QueuedOutcome> = done.into_iter().map(|p| p.outcome).collect();
+            recorded(shared, &done, &vec![true; done.len()]);
+            if pending.is_empty() {
+                continue;
+            }
+        }
         let finishes: Vec<Finish> = pending.iter().map(|p| p.outcome.finish.clone()).collect();
         let err = match shared.store.finish(finishes).await {
             Ok(applied) => {
@@ -174,7 +185,7 @@ fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
     let mut woken = false;
     for (o, ok) in outcomes.iter().zip(applied) {
         let f = &o.finish;
-        let ok = *ok || o.pre_completed;
+        let ok = *ok;
         if !ok {
             tracing::warn!(
                 job = f.id,

@@ -798,12 +798,13 @@ pub(crate) async fn finish_batch(
     keys.dedup();
     if !keys.is_empty() {
         // One round trip; the locks are taken in the array's order.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
-            &[&keys],
-        )
-        .await
-        .map_err(pg_error)?;
+        let lock = tx
+            .prepare_cached(
+                "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
+            )
+            .await
+            .map_err(pg_error)?;
+        tx.execute(&lock, &[&keys]).await.map_err(pg_error)?;
     }
     let mut applied = vec![false; batch.len()];
     // The common case, completions (releasing the job's lease key or not), all in one
