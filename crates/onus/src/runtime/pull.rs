@@ -325,16 +325,7 @@ impl Client {
             .filter(|(_, c)| c.is_ok())
             .map(|(a, _)| a.id)
             .collect();
-        let jobs: std::collections::HashMap<JobId, Job> = if ids.is_empty() {
-            Default::default()
-        } else {
-            let filter = crate::store::JobFilter {
-                ids: ids.clone(),
-                ..Default::default()
-            };
-            let found = self.shared.store.list(&filter, ids.len(), None).await?;
-            found.into_iter().map(|j| (j.id, j)).collect()
-        };
+        let jobs = self.jobs_by_id(&ids).await?;
         // The renewals to write, one per lease owner and new lease end.
         type Renewing = std::collections::BTreeMap<(String, Timestamp), Vec<HeldJob>>;
         let mut renewing = Renewing::new();
@@ -414,6 +405,25 @@ impl Client {
             });
         }
         Ok(out)
+    }
+
+    /// The jobs of `ids` that exist, by id: one read (by its key when there is one id).
+    async fn jobs_by_id(
+        &self,
+        ids: &[JobId],
+    ) -> Result<std::collections::HashMap<JobId, Job>, Error> {
+        let found = match ids {
+            [] => Vec::new(),
+            [id] => self.shared.store.get(*id).await?.into_iter().collect(),
+            _ => {
+                let filter = crate::store::JobFilter {
+                    ids: ids.to_vec(),
+                    ..Default::default()
+                };
+                self.shared.store.list(&filter, ids.len(), None).await?
+            }
+        };
+        Ok(found.into_iter().map(|j| (j.id, j)).collect())
     }
 
     /// The new end of the lease on `job` (`None`: not found) for a heartbeat of `lease`, or why
@@ -510,16 +520,7 @@ impl Client {
             .filter(|(_, o)| o.is_ok())
             .map(|(a, _)| a.id)
             .collect();
-        let jobs: std::collections::HashMap<JobId, Job> = if ids.is_empty() {
-            Default::default()
-        } else {
-            let filter = crate::store::JobFilter {
-                ids: ids.clone(),
-                ..Default::default()
-            };
-            let found = self.shared.store.list(&filter, ids.len(), None).await?;
-            found.into_iter().map(|j| (j.id, j)).collect()
-        };
+        let jobs = self.jobs_by_id(&ids).await?;
         let now = self.now();
         let mut finishes = Vec::with_capacity(ids.len());
         // For each finish: the answer it is for, the state it leaves the job in, the job.
