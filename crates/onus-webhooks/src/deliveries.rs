@@ -113,9 +113,9 @@ impl Webhooks {
         // before it, so a job read as finished has its attempts in the later read.
         let ids: Vec<i64> = rows.iter().filter_map(|r| r.job_id).collect();
         let mut states = std::collections::HashMap::new();
-        if !ids.is_empty() {
+        for ids in ids.chunks(10_000) {
             let f = JobFilter {
-                ids: ids.clone(),
+                ids: ids.to_vec(),
                 ..JobFilter::default()
             };
             for job in client.list(&f, ids.len(), None).await? {

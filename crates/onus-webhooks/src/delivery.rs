@@ -120,11 +120,22 @@ impl Webhooks {
                     })
                 })
                 .await;
-            if done.is_ok() {
-                return Ok(());
+            match done {
+                Ok(()) => return Ok(()),
+                // The lease was lost meanwhile: the attempt is still recorded on its own below,
+                // and the job layer decides what becomes of the job.
+                Err(Error::Store(onus::StoreError::Conflict(_))) => {}
+                // The commit may have happened unseen (a connection lost at the commit): if the
+                // job is completed at this attempt, its record is written already.
+                Err(_) => {
+                    let job = ctx.client().get(ctx.job().id).await;
+                    if job.is_ok_and(|j| {
+                        j.state == onus::JobState::Completed && j.attempt == ctx.attempt()
+                    }) {
+                        return Ok(());
+                    }
+                }
             }
-            // The lease was lost meanwhile (or the write failed): the attempt is still recorded
-            // on its own below, and the job layer decides what becomes of the job.
         }
         let failing_since = self
             .inner

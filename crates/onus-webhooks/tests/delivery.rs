@@ -1129,8 +1129,8 @@ async fn a_connection_failure_is_recorded_as_an_attempt(backend: Backend) {
     w.stop().await;
 }
 
-/// An event for a few endpoints gets its deliveries in its publish's transaction; one for more
-/// than a publish writes itself (64) gets them from a fan-out job, every endpoint once.
+/// An event for a few endpoints, up to 64, gets its deliveries in its publish's transaction; one
+/// for more gets them from a fan-out job, every endpoint once.
 async fn an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_publish(
     backend: Backend,
 ) {
@@ -1157,9 +1157,14 @@ async fn an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_pu
         "written with the publish, before any job ran"
     );
     assert_eq!(fanouts(few.id.to_string()).await, 0);
-    for _ in 0..64 {
+    for _ in 0..63 {
         w.endpoint(sink.url("/hook")).await;
     }
+    // 64 endpoints: still written by the publish.
+    let most = w.hooks.publish("x", json!({}), None).await.unwrap();
+    assert_eq!(w.deliveries(&most.id).await.len(), 64);
+    assert_eq!(fanouts(most.id.to_string()).await, 0);
+    w.endpoint(sink.url("/hook")).await;
     let many = w.hooks.publish("x", json!({}), None).await.unwrap();
     assert_eq!(fanouts(many.id.to_string()).await, 1);
     w.wait_fanned_out(&many.id).await;

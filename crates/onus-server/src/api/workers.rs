@@ -472,6 +472,13 @@ pub async fn answers(
     State(app): State<App>,
     Body(body): Body<AnswersBody>,
 ) -> Result<Json<AnswersAnswer>, ApiError> {
+    if body.answers.len() > onus::runtime::MAX_CLAIM {
+        return Err(ApiError::invalid(format!(
+            "answers: {} answers in one call; send at most {}",
+            body.answers.len(),
+            onus::runtime::MAX_CLAIM
+        )));
+    }
     let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(body.answers.len());
     let mut asked = Vec::with_capacity(body.answers.len());
     for (i, a) in body.answers.iter().enumerate() {
@@ -576,6 +583,13 @@ pub async fn heartbeats(
     State(app): State<App>,
     Body(body): Body<BeatsBody>,
 ) -> Result<Json<BeatsAnswer>, ApiError> {
+    if body.heartbeats.len() > onus::runtime::MAX_CLAIM {
+        return Err(ApiError::invalid(format!(
+            "heartbeats: {} heartbeats in one call; send at most {}",
+            body.heartbeats.len(),
+            onus::runtime::MAX_CLAIM
+        )));
+    }
     let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(body.heartbeats.len());
     let mut asked = Vec::with_capacity(body.heartbeats.len());
     for (i, b) in body.heartbeats.iter().enumerate() {

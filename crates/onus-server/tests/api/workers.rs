@@ -480,8 +480,12 @@ pub async fn many_answers_in_one_call_are_each_applied_or_refused_alone(w: World
         "{a}"
     );
     // A call that is wrong as a whole says so and answers nothing.
+    // Over the limit, counted over every item, those refused on their own included.
     let many: Vec<Value> = (0..1001)
-        .map(|i| json!({"id": i, "lease_token": "x.1", "outcome": "complete"}))
+        .map(|i| match i % 2 {
+            0 => json!({"id": i, "lease_token": "x.1", "outcome": "complete"}),
+            _ => json!({"id": i, "lease_token": "x.1", "outcome": "complete", "message": "misplaced"}),
+        })
         .collect();
     let (s, e) = w
         .post("/api/v1/jobs/answers", json!({ "answers": many }))
@@ -525,6 +529,7 @@ pub async fn many_heartbeats_in_one_call_are_each_renewed_or_refused_alone(w: Wo
                 {"id": id(1), "lease_token": token(1)},
                 {"id": id(2), "lease_token": token(2)},
                 {"id": id(0), "lease_token": token(0), "message": "no progress"},
+                {"id": id(0), "lease_token": token(0)},
             ]}),
         )
         .await;
@@ -542,6 +547,13 @@ pub async fn many_heartbeats_in_one_call_are_each_renewed_or_refused_alone(w: Wo
         "answered already: {b:?}"
     );
     assert_eq!(b[3]["error"]["status"], json!(422), "{b:?}");
+    assert!(
+        b[4]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("two heartbeats"),
+        "one job twice in a call: {b:?}"
+    );
     let (_, j) = w.get(&format!("/api/v1/jobs/{}", id(0))).await;
     assert_eq!(j["progress"]["message"], json!("half"), "{j}");
 }

@@ -578,6 +578,17 @@ impl Client {
         }
         let transitions: Vec<Transition> = finishes.iter().map(|f| f.transition.clone()).collect();
         let applied = self.shared.store.finish(finishes).await?;
+        // A failure or snooze meets a cancel asked for since the read, which the write turns
+        // into the job's end: the state said is the one written, read back.
+        let later: Vec<JobId> = written
+            .iter()
+            .zip(&applied)
+            .zip(&transitions)
+            .filter(|((_, ok), t)| **ok && !matches!(t, Transition::Complete))
+            .map(|(((_, _, job), _), _)| job.id)
+            .collect();
+        // Written already: a read that fails leaves the state the write was asked for.
+        let read_back = self.jobs_by_id(&later).await.unwrap_or_default();
         let mut queues = std::collections::BTreeSet::new();
         for (((i, state, job), ok), t) in written.into_iter().zip(applied).zip(&transitions) {
             if !ok {
@@ -587,7 +598,7 @@ impl Client {
             let took = job.attempted_at.and_then(|at| (now - at).to_std().ok());
             super::metrics::attempt(&job.kind, t, took);
             queues.insert(job.queue.as_str());
-            out[i] = Ok(state);
+            out[i] = Ok(read_back.get(&job.id).map_or(state, |j| j.state));
         }
         for q in queues {
             self.shared.hub.wake(q);
