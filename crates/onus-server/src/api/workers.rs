@@ -360,6 +360,17 @@ pub struct AnswerItem {
 }
 
 impl AnswerItem {
+    /// The answer the job layer is asked for.
+    fn to_answer(&self) -> Result<onus::runtime::Answer, ApiError> {
+        let (result, kept) = self.to_result()?;
+        Ok(onus::runtime::Answer {
+            id: self.id,
+            lease_token: self.lease_token.clone(),
+            result,
+            kept,
+        })
+    }
+
     /// The attempt's end and the result to keep; the error names the field that does not fit.
     fn to_result(&self) -> Result<(onus::JobResult, Option<serde_json::Value>), ApiError> {
         let misplaced = |field: &str, of: &str| {
@@ -422,6 +433,46 @@ pub struct AnswersBody {
     pub answers: Vec<AnswerItem>,
 }
 
+/// A call of many items (`list`: the body's field), each taken on its own: `check` makes an
+/// item what the job layer is asked, or says why it is refused (naming the item); `run` asks for
+/// every checked one at once. One result per item, in order; the outer error is the call's.
+async fn each_alone<I, A, R, Fut>(
+    list: &str,
+    items: &[I],
+    check: impl Fn(&I) -> Result<A, ApiError>,
+    run: impl FnOnce(Vec<A>) -> Fut,
+) -> Result<Vec<Result<R, ApiError>>, ApiError>
+where
+    Fut: std::future::Future<Output = Result<Vec<Result<R, onus::Error>>, onus::Error>>,
+{
+    onus::runtime::at_most(list, items.len())?;
+    let mut refused = Vec::with_capacity(items.len());
+    let mut asked = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match check(item) {
+            Ok(a) => {
+                refused.push(None);
+                asked.push(a);
+            }
+            Err(mut e) => {
+                e.message = format!("{list}[{i}].{}", e.message);
+                refused.push(Some(e));
+            }
+        }
+    }
+    let mut done = run(asked).await?.into_iter();
+    Ok(refused
+        .into_iter()
+        .map(|refused| match refused {
+            Some(e) => Err(e),
+            None => done
+                .next()
+                .expect("one result for each item asked")
+                .map_err(ApiError::from),
+        })
+        .collect())
+}
+
 /// Why one item of many was refused: the code, status and message its own call would answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ItemError {
@@ -472,57 +523,18 @@ pub async fn answers(
     State(app): State<App>,
     Body(body): Body<AnswersBody>,
 ) -> Result<Json<AnswersAnswer>, ApiError> {
-    if body.answers.len() > onus::runtime::MAX_CLAIM {
-        return Err(ApiError::invalid(format!(
-            "answers: {} answers in one call; send at most {}",
-            body.answers.len(),
-            onus::runtime::MAX_CLAIM
-        )));
-    }
-    let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(body.answers.len());
-    let mut asked = Vec::with_capacity(body.answers.len());
-    for (i, a) in body.answers.iter().enumerate() {
-        match a.to_result() {
-            Ok((result, kept)) => {
-                refused.push(None);
-                asked.push(onus::runtime::Answer {
-                    id: a.id,
-                    lease_token: a.lease_token.clone(),
-                    result,
-                    kept,
-                });
-            }
-            Err(mut e) => {
-                e.message = format!("answers[{i}].{}", e.message);
-                refused.push(Some(e));
-            }
-        }
-    }
-    let mut done = app.client.answer_all(asked).await?.into_iter();
+    let done = each_alone("answers", &body.answers, AnswerItem::to_answer, |asked| {
+        app.client.answer_all(asked)
+    })
+    .await?;
     let answers = body
         .answers
         .iter()
-        .zip(refused)
-        .map(|(a, refused)| {
-            let r = match refused {
-                Some(e) => Err(e),
-                None => done
-                    .next()
-                    .expect("one answer for each asked")
-                    .map_err(ApiError::from),
-            };
-            match r {
-                Ok(state) => AnsweredItem {
-                    id: a.id,
-                    state: Some(state),
-                    error: None,
-                },
-                Err(e) => AnsweredItem {
-                    id: a.id,
-                    state: None,
-                    error: Some(e.into()),
-                },
-            }
+        .zip(done)
+        .map(|(a, r)| AnsweredItem {
+            id: a.id,
+            state: r.as_ref().ok().copied(),
+            error: r.err().map(ItemError::from),
         })
         .collect();
     Ok(Json(AnswersAnswer { answers }))
@@ -583,58 +595,27 @@ pub async fn heartbeats(
     State(app): State<App>,
     Body(body): Body<BeatsBody>,
 ) -> Result<Json<BeatsAnswer>, ApiError> {
-    if body.heartbeats.len() > onus::runtime::MAX_CLAIM {
-        return Err(ApiError::invalid(format!(
-            "heartbeats: {} heartbeats in one call; send at most {}",
-            body.heartbeats.len(),
-            onus::runtime::MAX_CLAIM
-        )));
-    }
-    let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(body.heartbeats.len());
-    let mut asked = Vec::with_capacity(body.heartbeats.len());
-    for (i, b) in body.heartbeats.iter().enumerate() {
-        match progress_of(b.progress, b.message.as_deref()) {
-            Ok(progress) => {
-                refused.push(None);
-                asked.push(onus::runtime::BeatAsk {
-                    id: b.id,
-                    lease_token: b.lease_token.clone(),
-                    progress: progress.map(|(f, m)| (f, m.to_string())),
-                });
-            }
-            Err(mut e) => {
-                e.message = format!("heartbeats[{i}].{}", e.message);
-                refused.push(Some(e));
-            }
-        }
-    }
-    let mut done = app.client.heartbeat_all(asked).await?.into_iter();
+    let check = |b: &BeatItem| {
+        let progress = progress_of(b.progress, b.message.as_deref())?;
+        Ok(onus::runtime::BeatAsk {
+            id: b.id,
+            lease_token: b.lease_token.clone(),
+            progress: progress.map(|(f, m)| (f, m.to_string())),
+        })
+    };
+    let done = each_alone("heartbeats", &body.heartbeats, check, |asked| {
+        app.client.heartbeat_all(asked)
+    })
+    .await?;
     let heartbeats = body
         .heartbeats
         .iter()
-        .zip(refused)
-        .map(|(b, refused)| {
-            let r = match refused {
-                Some(e) => Err(e),
-                None => done
-                    .next()
-                    .expect("one renewal for each asked")
-                    .map_err(ApiError::from),
-            };
-            match r {
-                Ok(beat) => BeatenItem {
-                    id: b.id,
-                    lease_expires_at: Some(beat.lease_expires_at),
-                    cancel_requested: Some(beat.cancel_requested),
-                    error: None,
-                },
-                Err(e) => BeatenItem {
-                    id: b.id,
-                    lease_expires_at: None,
-                    cancel_requested: None,
-                    error: Some(e.into()),
-                },
-            }
+        .zip(done)
+        .map(|(b, r)| BeatenItem {
+            id: b.id,
+            lease_expires_at: r.as_ref().ok().map(|beat| beat.lease_expires_at),
+            cancel_requested: r.as_ref().ok().map(|beat| beat.cancel_requested),
+            error: r.err().map(ItemError::from),
         })
         .collect();
     Ok(Json(BeatsAnswer { heartbeats }))

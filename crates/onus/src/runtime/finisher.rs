@@ -183,9 +183,8 @@ async fn one_by_one(shared: &Shared, items: Vec<Pending>, give_up_after: Duratio
 /// After a write: logs lost leases, releases holds, wakes workers where a slot or a job freed.
 fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
     let mut woken = false;
-    for (o, ok) in outcomes.iter().zip(applied) {
+    for (o, &ok) in outcomes.iter().zip(applied) {
         let f = &o.finish;
-        let ok = *ok;
         if !ok {
             tracing::warn!(
                 job = f.id,

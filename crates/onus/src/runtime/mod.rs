@@ -36,7 +36,7 @@ pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
 pub use periodic::{CatchUp, CronIn, Periodic, Schedule, ScheduleError};
-pub use pull::{Answer, Beat, BeatAsk, Claimed, MAX_CLAIM, MAX_CLAIM_WAIT};
+pub use pull::{at_most, Answer, Beat, BeatAsk, Claimed, MAX_CLAIM, MAX_CLAIM_WAIT};
 pub use queues::{PausedQueue, QueueStats};
 
 use crate::clock::{Clock, SystemClock};

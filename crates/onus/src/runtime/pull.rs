@@ -288,12 +288,7 @@ impl Client {
         &self,
         asks: Vec<BeatAsk>,
     ) -> Result<Vec<Result<Beat, Error>>, Error> {
-        if asks.len() > MAX_CLAIM {
-            return Err(Error::Invalid(format!(
-                "heartbeats: {} heartbeats in one call; send at most {MAX_CLAIM}",
-                asks.len()
-            )));
-        }
+        at_most("heartbeats", asks.len())?;
         let now = self.now();
         let mut out: Vec<Result<Beat, Error>> = Vec::with_capacity(asks.len());
         let mut checked = Vec::with_capacity(asks.len());
@@ -407,6 +402,46 @@ impl Client {
         Ok(out)
     }
 
+    /// The write that records answer `a` for `job` (`None`: not found), claimed under `lease`,
+    /// with the state it leaves the job in; or why the answer is refused.
+    fn finish_for<'j>(
+        &self,
+        a: Answer,
+        lease: &Lease,
+        job: Option<&'j Job>,
+    ) -> Result<(crate::store::Finish, JobState, &'j Job), Error> {
+        let job = job.ok_or(Error::Store(StoreError::NotFound(a.id)))?;
+        if !lease.holds(job) {
+            return Err(stale(a.id));
+        }
+        if let Err(crate::JobError::Snooze {
+            pause_key: true, ..
+        }) = &a.result
+        {
+            if job.lease_key.is_none() {
+                return Err(Error::Invalid(format!(
+                    "pause_key: job {} holds no lease key to pause; snooze it without pause_key, or give its kind a lease_key",
+                    a.id
+                )));
+            }
+        }
+        let policy = &self.pull_kind(&job.kind)?.policy;
+        let end = match a.result {
+            Err(_) if job.cancel_requested => AttemptEnd::Cancelled,
+            r => AttemptEnd::Returned(r),
+        };
+        // A job with a lease key took it at its claim; its answer releases it.
+        let release = job.lease_key.clone();
+        let mut finish = super::attempt::ended(&self.shared, job, Some(end), policy, release);
+        finish.result = a
+            .kept
+            .filter(|_| matches!(finish.transition, Transition::Complete));
+        let state = finish
+            .write_for(job.cancel_requested, job.lease_expires_at, false)
+            .map_or(JobState::Running, |w| w.state);
+        Ok((finish, state, job))
+    }
+
     /// The jobs of `ids` that exist, by id: one read (by its key when there is one id).
     async fn jobs_by_id(
         &self,
@@ -493,31 +528,28 @@ impl Client {
         &self,
         answers: Vec<Answer>,
     ) -> Result<Vec<Result<JobState, Error>>, Error> {
-        if answers.len() > MAX_CLAIM {
-            return Err(Error::Invalid(format!(
-                "answers: {} answers in one call; send at most {MAX_CLAIM}",
-                answers.len()
-            )));
-        }
-        let mut out: Vec<Result<JobState, Error>> = Vec::with_capacity(answers.len());
+        at_most("answers", answers.len())?;
         let mut seen = std::collections::HashSet::new();
-        for a in &answers {
-            out.push(match (parse_token(&a.lease_token), &a.kept) {
-                (Err(e), _) => Err(e),
-                _ if !seen.insert(a.id) => Err(Error::Invalid(format!(
-                    "id: job {} is answered twice in this call; answer each job once",
-                    a.id
-                ))),
-                (Ok(_), Some(v)) => crate::job::check_result(v)
-                    .map(|_| JobState::Running)
-                    .map_err(|e| Error::Invalid(e.0)),
-                (Ok(_), None) => Ok(JobState::Running),
-            });
-        }
+        let checked: Vec<Result<Lease, Error>> = answers
+            .iter()
+            .map(|a| {
+                let lease = parse_token(&a.lease_token)?;
+                if !seen.insert(a.id) {
+                    return Err(Error::Invalid(format!(
+                        "id: job {} is answered twice in this call; answer each job once",
+                        a.id
+                    )));
+                }
+                if let Some(v) = &a.kept {
+                    crate::job::check_result(v).map_err(|e| Error::Invalid(e.0))?;
+                }
+                Ok(lease)
+            })
+            .collect();
         let ids: Vec<JobId> = answers
             .iter()
-            .zip(&out)
-            .filter(|(_, o)| o.is_ok())
+            .zip(&checked)
+            .filter(|(_, c)| c.is_ok())
             .map(|(a, _)| a.id)
             .collect();
         let jobs = self.jobs_by_id(&ids).await?;
@@ -525,53 +557,17 @@ impl Client {
         let mut finishes = Vec::with_capacity(ids.len());
         // For each finish: the answer it is for, the state it leaves the job in, the job.
         let mut written: Vec<(usize, JobState, &Job)> = Vec::with_capacity(ids.len());
-        for (i, a) in answers.into_iter().enumerate() {
-            if out[i].is_err() {
-                continue;
-            }
-            let lease = parse_token(&a.lease_token)?;
-            let Some(job) = jobs.get(&a.id) else {
-                out[i] = Err(Error::Store(StoreError::NotFound(a.id)));
-                continue;
-            };
-            if !lease.holds(job) {
-                out[i] = Err(stale(a.id));
-                continue;
-            }
-            if let Err(crate::JobError::Snooze {
-                pause_key: true, ..
-            }) = &a.result
-            {
-                if job.lease_key.is_none() {
-                    out[i] = Err(Error::Invalid(format!(
-                        "pause_key: job {} holds no lease key to pause; snooze it without pause_key, or give its kind a lease_key",
-                        a.id
-                    )));
-                    continue;
+        let mut out: Vec<Result<JobState, Error>> = Vec::with_capacity(answers.len());
+        for (i, (a, lease)) in answers.into_iter().zip(checked).enumerate() {
+            let job = jobs.get(&a.id);
+            match lease.and_then(|lease| self.finish_for(a, &lease, job)) {
+                Ok((finish, state, job)) => {
+                    written.push((i, state, job));
+                    finishes.push(finish);
+                    out.push(Ok(state));
                 }
+                Err(e) => out.push(Err(e)),
             }
-            let policy = match self.pull_kind(&job.kind) {
-                Ok(k) => k.policy.clone(),
-                Err(e) => {
-                    out[i] = Err(e);
-                    continue;
-                }
-            };
-            let end = match a.result {
-                Err(_) if job.cancel_requested => AttemptEnd::Cancelled,
-                r => AttemptEnd::Returned(r),
-            };
-            // A job with a lease key took it at its claim; its answer releases it.
-            let release = job.lease_key.clone();
-            let mut finish = super::attempt::ended(&self.shared, job, Some(end), &policy, release);
-            finish.result = a
-                .kept
-                .filter(|_| matches!(finish.transition, Transition::Complete));
-            let state = finish
-                .write_for(job.cancel_requested, job.lease_expires_at, false)
-                .map_or(JobState::Running, |w| w.state);
-            written.push((i, state, job));
-            finishes.push(finish);
         }
         if finishes.is_empty() {
             return Ok(out);
@@ -631,6 +627,16 @@ pub struct Answer {
     pub result: JobResult,
     /// Kept with the job when the answer completes it (at most 64 KiB of JSON).
     pub kept: Option<serde_json::Value>,
+}
+
+/// Refuses a call of more than [`MAX_CLAIM`] items (`what`: the list, as the API names it).
+pub fn at_most(what: &str, n: usize) -> Result<(), Error> {
+    if n > MAX_CLAIM {
+        return Err(Error::Invalid(format!(
+            "{what}: {n} {what} in one call; send at most {MAX_CLAIM}"
+        )));
+    }
+    Ok(())
 }
 
 /// The refusal of a process whose clock is off the database's by more than the bound.
