@@ -75,7 +75,7 @@ onus_testkit::both!(
                 lease_key_runs_one_at_a_time,
                 lease_key_allows_n_slots,
                 lease_keys_under_contention_lose_no_wakeup,
-                jobs_of_a_key_held_here_wait_in_the_process,
+                jobs_of_a_busy_key_wait_in_the_claim,
                 rate_window_snoozes_to_the_next_window,
                 rate_window_drops_on_purpose,
                 lease_slot_outlives_its_ttl_while_the_holder_runs,

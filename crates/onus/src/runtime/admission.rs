@@ -1,67 +1,33 @@
 //! Admission before an attempt starts, the same for in-process workers and pull claims: the
-//! kind's retry budget, then the job's lease key (a slot taken, or the job snoozed while the key
-//! is busy, or held while it is paused), then the kind's rate window.
+//! kind's retry budget, then the kind's rate window. The job's lease key was taken by the claim
+//! that handed it out (a job whose key was busy or paused waits in the database and is never
+//! handed out).
 
 use super::Shared;
 use crate::job::Job;
 use crate::limits::{RateWindow, WhenSpent};
 use crate::outcome::Transition;
-use crate::store::LeaseDecision;
-use crate::Timestamp;
 
 /// What admission decided for a claimed job.
 #[derive(Debug)]
 pub(crate) enum Admission {
-    /// Run it, holding `lease` (its lease key's slot, released with its outcome).
-    Run {
-        /// The lease key it holds.
-        lease: Option<String>,
-    },
-    /// Not run: the store already wrote its state in the same write that found its lease key
-    /// busy (`busy`: snoozed until a slot frees) or paused (held until the pause ends).
-    Written {
-        /// The key was busy, not paused.
-        busy: bool,
-    },
+    /// Run it (holding its lease key's slot, released with its outcome).
+    Run,
     /// Not run: write this transition (a budget deferral, a spent rate window, or handed back
-    /// when the database could not be asked), letting go of the lease key it took, if any.
-    Write(Transition, Option<String>),
+    /// when the database could not be asked), letting go of the lease key's slot.
+    Write(Transition),
 }
 
-/// Admits `job`, claimed by `owner`, to start an attempt at `now`, its lease key held until
-/// `until` (see [`Admission`]).
-pub(crate) async fn admit(
-    shared: &Shared,
-    job: &Job,
-    owner: &str,
-    now: Timestamp,
-    until: Timestamp,
-) -> Admission {
-    // A retry over its kind's budget waits for it, before it takes anything.
+/// Admits `job`, claimed with its lease key's slot, to start an attempt.
+pub(crate) async fn admit(shared: &Shared, job: &Job) -> Admission {
+    // A retry over its kind's budget waits for it.
     if let Some(defer) = budget(shared, job) {
-        return Admission::Write(defer, None);
+        return Admission::Write(defer);
     }
-    let mut lease = None;
-    if let Some(key) = &job.lease_key {
-        let slots = shared.kinds.get(&job.kind).map_or(1, |k| k.lease_slots);
-        match shared
-            .store
-            .acquire_lease(key, slots, job, owner, now, until)
-            .await
-        {
-            Ok(LeaseDecision::Acquired) => lease = Some(key.clone()),
-            Ok(LeaseDecision::Busy(_)) => return Admission::Written { busy: true },
-            Ok(LeaseDecision::Paused(_)) => return Admission::Written { busy: false },
-            Err(e) => {
-                tracing::warn!(job = job.id, error = %e, "cannot take the job's lease key; handing the job back");
-                return Admission::Write(Transition::Return, None);
-            }
-        }
-    }
-    // A spent rate window snoozes or drops the job, letting go of its lease key.
+    // A spent rate window snoozes or drops the job.
     match rate(shared, job).await {
-        Some(t) => Admission::Write(t, lease),
-        None => Admission::Run { lease },
+        Some(t) => Admission::Write(t),
+        None => Admission::Run,
     }
 }
 

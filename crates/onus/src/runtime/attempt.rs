@@ -21,9 +21,6 @@ pub(crate) struct QueuedOutcome {
     /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): the finisher writes
     /// nothing for it, only releases its hold and counts it.
     pub(crate) pre_completed: bool,
-    /// The attempt's count on its lease key, let go of (dropped) when this outcome is written or
-    /// given up.
-    pub(crate) _ticket: Option<super::hub::KeyTicket>,
 }
 
 impl QueuedOutcome {
@@ -34,19 +31,14 @@ impl QueuedOutcome {
             hold: None,
             counted: None,
             pre_completed: false,
-            _ticket: None,
         }
     }
 }
 
-/// The write that records `transition` for `job` (its lease owner, the lease key it lets go of,
-/// its schedule when it is a periodic job, whose failures raise no alert).
-pub(crate) fn finish_of(
-    shared: &Shared,
-    job: &Job,
-    transition: Transition,
-    release_lease: Option<String>,
-) -> Finish {
+/// The write that records `transition` for `job` (its lease owner, the lease key it lets go of:
+/// a claimed job holds its key's slot, its schedule when it is a periodic job, whose failures
+/// raise no alert).
+pub(crate) fn finish_of(shared: &Shared, job: &Job, transition: Transition) -> Finish {
     let periodic = super::periodic_name_of(job.unique_key.as_deref());
     // A periodic job's failure waits for the next period and shows on its schedule: no alert.
     let transition = match transition {
@@ -66,7 +58,7 @@ pub(crate) fn finish_of(
         attempt: job.attempt,
         transition,
         now: shared.clock.now(),
-        release_lease,
+        release_lease: job.lease_key.clone(),
         periodic,
         expired_before: None,
         result: None,
@@ -80,7 +72,6 @@ pub(crate) fn ended(
     job: &Job,
     end: Option<AttemptEnd>,
     policy: &crate::Policy,
-    release_lease: Option<String>,
 ) -> Finish {
     let transition = match end {
         Some(end) => {
@@ -97,5 +88,5 @@ pub(crate) fn ended(
         }
         None => Transition::Return,
     };
-    finish_of(shared, job, transition, release_lease)
+    finish_of(shared, job, transition)
 }

@@ -1,4 +1,4 @@
-//! One attempt: admission (retry budget, lease key, rate window), the handler under its kind's
+//! One attempt: admission (retry budget, rate window; the claim took its lease key), the handler under its kind's
 //! timeout and the job's cancellation, and its outcome queued for the finisher.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +13,6 @@ use super::attempt::{self, finish_of, QueuedOutcome};
 use super::hub::Hold;
 use super::kind::JobContext;
 use super::Shared;
-use crate::clock::add;
 use crate::job::Job;
 use crate::outcome::{AttemptEnd, Transition};
 use crate::store::Finish;
@@ -25,7 +24,7 @@ pub(crate) fn send(
     f: Finish,
     hold: &Hold,
 ) {
-    send_outcome(shared, finish, f, hold, None, false, None);
+    send_outcome(shared, finish, f, hold, None, false);
 }
 
 pub(crate) fn send_outcome(
@@ -35,7 +34,6 @@ pub(crate) fn send_outcome(
     hold: &Hold,
     counted: Option<(String, Option<Duration>)>,
     pre_completed: bool,
-    ticket: Option<super::hub::KeyTicket>,
 ) {
     let id = f.id;
     shared.hub.finishing(id, hold.serial);
@@ -45,7 +43,6 @@ pub(crate) fn send_outcome(
             hold: Some(hold.serial),
             counted,
             pre_completed,
-            _ticket: ticket,
         })
         .is_err()
     {
@@ -61,7 +58,6 @@ pub(crate) async fn execute(
     hard: CancellationToken,
     finish: &mpsc::UnboundedSender<QueuedOutcome>,
     started: &AtomicU64,
-    ticket: Option<super::hub::KeyTicket>,
 ) {
     let cancel = hold.cancel.clone();
     let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
@@ -71,34 +67,25 @@ pub(crate) async fn execute(
         return;
     };
     let policy = &kind.policy;
-    let now = shared.clock.now();
-    let until = add(now, shared.options.lease_ttl);
     let admitted = tokio::select! {
         biased;
-        // Lost while being admitted: a slot taken meanwhile is released by the rescue or lapses
-        // within a lease (nobody renews it).
+        // Lost while being admitted: its slot is released by the rescue or lapses within a
+        // lease (nobody renews it).
         _ = hold.lost.cancelled() => return,
-        a = admission::admit(shared, &job, &shared.owner, now, until) => a,
+        a = admission::admit(shared, &job) => a,
     };
-    let release_lease = match admitted {
-        Admission::Run { lease } => lease,
-        Admission::Written { busy } => {
-            if busy {
-                // Snoozed in the same write; it wakes when a slot frees.
-                shared.hub.wake(&job.queue);
-            }
+    match admitted {
+        Admission::Run => {}
+        Admission::Write(t) => {
+            send(shared, finish, finish_of(shared, &job, t), hold);
             return;
         }
-        Admission::Write(t, lease) => {
-            send(shared, finish, finish_of(shared, &job, t, lease), hold);
-            return;
-        }
-    };
+    }
     if hold.lost.is_cancelled() {
         return; // fenced before it could start
     }
-    // Counted for the ready buffer once the handler starts: a job that found its lease key busy
-    // ran nothing, and counting it would grow the buffer with more jobs of busy keys.
+    // Counted for the ready buffer once the handler starts: a job deferred or snoozed by
+    // admission ran nothing.
     started.fetch_add(1, Ordering::Relaxed);
     let job = Arc::new(job);
     let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -111,7 +98,6 @@ pub(crate) async fn execute(
         client: super::Client {
             shared: shared.clone(),
         },
-        held_lease: release_lease.clone(),
         completed: completed.clone(),
         result: kept.clone(),
     };
@@ -166,7 +152,7 @@ pub(crate) async fn execute(
         Some(_) if cancel.is_cancelled() => Some(AttemptEnd::Cancelled),
         other => other,
     };
-    let mut f = attempt::ended(shared, &job, end, policy, release_lease);
+    let mut f = attempt::ended(shared, &job, end, policy);
     // Completed in the handler's own transaction: that is the outcome, whatever came after.
     let pre_completed = completed.load(std::sync::atomic::Ordering::SeqCst);
     if pre_completed {
@@ -183,8 +169,6 @@ pub(crate) async fn execute(
         hold,
         Some((job.kind.clone(), Some(began.elapsed()))),
         pre_completed,
-        // Let go of once this outcome, which releases the key, is written.
-        ticket,
     );
 }
 

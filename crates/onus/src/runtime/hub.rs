@@ -61,8 +61,6 @@ pub(crate) struct Snapshot {
 pub(crate) struct Hub {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
     held: Mutex<HashMap<JobId, Entry>>,
-    /// The lease keys this process's attempts are taking or hold.
-    pub(crate) keys: Arc<KeyGates>,
     serial: AtomicU64,
     /// When a write of this process (a renewal, an outcome) last reached the database.
     answered: Mutex<Option<Instant>>,
@@ -239,84 +237,5 @@ impl Hub {
             .filter(|e| !e.finishing)
             .map(|e| e.renewed + fence_after)
             .min()
-    }
-}
-
-/// The lease keys this process's attempts are taking or hold, counted per key.
-///
-/// A job whose key this process already takes in all of the key's slots is certain to find it
-/// busy: its worker keeps it aside (still held and renewed, see `worker::dispatch`) instead of
-/// asking the database, and lets it try when one of those attempts lets go of the key. Each
-/// attempt that may take a key carries a [`KeyTicket`]; dropping it (the key not taken, or the
-/// outcome that released it written, or the attempt ended without one) counts the key down and
-/// tells the workers.
-#[derive(Debug, Default)]
-pub(crate) struct KeyGates {
-    taken: Mutex<HashMap<String, u32>>,
-    /// Each worker's channel for keys let go of.
-    watchers: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<String>>>,
-}
-
-impl KeyGates {
-    /// Whether this process's attempts take `key` in all of its `slots`.
-    pub(crate) fn full(&self, key: &str, slots: u32) -> bool {
-        self.taken
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .is_some_and(|n| *n >= slots.max(1))
-    }
-
-    /// Counts an attempt that may take `key`, until the ticket drops.
-    pub(crate) fn enter(self: &Arc<Self>, key: &str) -> KeyTicket {
-        *self
-            .taken
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key.to_string())
-            .or_default() += 1;
-        KeyTicket {
-            gates: self.clone(),
-            key: key.to_string(),
-        }
-    }
-
-    /// A channel on which the keys let go of arrive.
-    pub(crate) fn watch(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.watchers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(tx);
-        rx
-    }
-
-    fn leave(&self, key: &str) {
-        {
-            let mut m = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(n) = m.get_mut(key) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    m.remove(key);
-                }
-            }
-        }
-        self.watchers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|w| w.send(key.to_string()).is_ok());
-    }
-}
-
-/// One attempt's count on a lease key; see [`KeyGates`].
-#[derive(Debug)]
-pub(crate) struct KeyTicket {
-    gates: Arc<KeyGates>,
-    key: String,
-}
-
-impl Drop for KeyTicket {
-    fn drop(&mut self) {
-        self.gates.leave(&self.key);
     }
 }

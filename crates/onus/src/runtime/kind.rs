@@ -206,8 +206,6 @@ pub struct JobContext {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) client: super::Client,
-    /// The lease key this attempt holds, released when it completes.
-    pub(crate) held_lease: Option<String>,
     /// Set once [`JobContext::complete_with`] committed the job's completion.
     pub(crate) completed: Arc<AtomicBool>,
     /// The result to keep if this attempt completes the job ([`JobContext::set_result`]).
@@ -319,12 +317,7 @@ impl JobContext {
     {
         let finish = crate::store::Finish {
             result: self.kept_result(),
-            ..super::attempt::finish_of(
-                &self.client.shared,
-                &self.job,
-                Transition::Complete,
-                self.held_lease.clone(),
-            )
+            ..super::attempt::finish_of(&self.client.shared, &self.job, Transition::Complete)
         };
         let id = self.job.id;
         let out = crate::store::Db::new(self.store.clone())

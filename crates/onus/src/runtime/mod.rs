@@ -226,6 +226,17 @@ impl Shared {
             .collect()
     }
 
+    /// The kinds among `kinds` whose lease keys have more than one slot, as a claim asks.
+    pub(crate) fn lease_slots(&self, kinds: &[String]) -> Vec<(String, u32)> {
+        kinds
+            .iter()
+            .filter_map(|k| {
+                let n = self.kinds.get(k)?.lease_slots;
+                (n > 1).then(|| (k.clone(), n))
+            })
+            .collect()
+    }
+
     /// Whether this process runs `kind` (it has a handler here, not an outside worker).
     pub(crate) fn runs(&self, kind: &str) -> bool {
         self.kinds.get(kind).is_some_and(|k| k.handler.is_some())

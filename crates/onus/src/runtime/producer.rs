@@ -55,7 +55,6 @@ pub(crate) async fn run_queue(
         ready_rx,
         RunSlots {
             free: Arc::new(Semaphore::new(concurrency)),
-            concurrency,
             started,
         },
         stop.clone(),
@@ -133,6 +132,7 @@ pub(crate) async fn run_queue(
                     now,
                     lease_until: add(now, shared.options.lease_ttl),
                     caps: shared.caps(&kinds),
+                    lease_slots: shared.lease_slots(&kinds),
                 };
                 let wanted = permits.len();
                 let store = shared.store.clone();
@@ -375,7 +375,6 @@ fn hold_claimed(
                 shared,
                 job,
                 Transition::Return,
-                None,
             )));
         }
         return (Vec::new(), got);
@@ -415,67 +414,10 @@ struct Ready {
     claimed: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
-/// The most jobs of one lease key kept aside in a queue, per slot of the key.
-const PARKED_PER_SLOT: usize = 8;
-
 /// A queue's run slots, and a count of the handlers started in them.
 struct RunSlots {
     free: Arc<Semaphore>,
-    concurrency: usize,
     started: Arc<AtomicU64>,
-}
-
-/// Jobs parked in a queue (kept aside, out of every run slot) because this process already takes their lease key in all its
-/// slots (see [`super::hub::KeyGates`]): they wait here, held and renewed but in no run slot,
-/// and try the key when one of this process's attempts lets go of it, instead of each asking the
-/// database, finding the key busy and sleeping until a release wakes it. At most
-/// [`PARKED_PER_SLOT`] per slot of a key, and at most as many in all as the queue has slots: each
-/// holds one of the queue's claimed-job permits, of which there are at least twice the slots, so
-/// while a run slot is free a claim still finds a permit for the jobs of other keys. The others
-/// take the usual path.
-#[derive(Default)]
-struct Parked {
-    by_key: HashMap<String, std::collections::VecDeque<Ready>>,
-    count: usize,
-}
-
-impl Parked {
-    /// Keeps `r` aside if its key is taken here in all its slots and there is room; else gives
-    /// it back.
-    fn park(&mut self, shared: &Shared, r: Ready, concurrency: usize) -> Option<Ready> {
-        let Some(key) = r.job.lease_key.as_deref() else {
-            return Some(r);
-        };
-        let slots = shared.kinds.get(&r.job.kind).map_or(1, |k| k.lease_slots);
-        let waiting = self.by_key.get(key).map_or(0, |q| q.len());
-        if self.count >= concurrency.max(1)
-            || waiting >= PARKED_PER_SLOT * slots as usize
-            || !shared.hub.keys.full(key, slots)
-        {
-            return Some(r);
-        }
-        self.by_key.entry(key.to_string()).or_default().push_back(r);
-        self.count += 1;
-        None
-    }
-
-    /// The next job kept aside for `key`.
-    fn take(&mut self, key: &str) -> Option<Ready> {
-        let q = self.by_key.get_mut(key)?;
-        let r = q.pop_front();
-        if q.is_empty() {
-            self.by_key.remove(key);
-        }
-        if r.is_some() {
-            self.count -= 1;
-        }
-        r
-    }
-
-    fn drain(&mut self) -> Vec<Ready> {
-        self.count = 0;
-        self.by_key.drain().flat_map(|(_, q)| q).collect()
-    }
 }
 
 /// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
@@ -489,24 +431,7 @@ async fn dispatch(
     tracker: TaskTracker,
     finish: mpsc::UnboundedSender<QueuedOutcome>,
 ) {
-    let mut parked = Parked::default();
-    let mut freed = shared.hub.keys.watch();
-    loop {
-        let next = tokio::select! {
-            biased;
-            Some(key) = freed.recv() => match parked.take(&key) {
-                Some(r) => r,
-                None => continue,
-            },
-            r = ready.recv() => match r {
-                Some(r) => r,
-                None => break,
-            },
-        };
-        let Some(Ready { job, hold, claimed }) = parked.park(&shared, next, run_slots.concurrency)
-        else {
-            continue;
-        };
+    while let Some(Ready { job, hold, claimed }) = ready.recv().await {
         let run = tokio::select! {
             biased;
             _ = stop.cancelled() => None,
@@ -519,14 +444,13 @@ async fn dispatch(
             Some(run) if !hold.cancel.is_cancelled() => {
                 let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
                 let started = run_slots.started.clone();
-                let ticket = job.lease_key.as_deref().map(|k| shared.hub.keys.enter(k));
                 tracker.spawn(async move {
                     let _unhold = Unhold {
                         shared: &shared,
                         id,
                         serial: hold.serial,
                     };
-                    execute(&shared, job, &hold, hard, &finish, &started, ticket).await;
+                    execute(&shared, job, &hold, hard, &finish, &started).await;
                     drop(run);
                     drop(claimed);
                 });
@@ -536,21 +460,10 @@ async fn dispatch(
                 send(
                     &shared,
                     &finish,
-                    finish_of(&shared, &job, Transition::Return, None),
+                    finish_of(&shared, &job, Transition::Return),
                     &hold,
                 );
             }
-        }
-    }
-    // Stopping: jobs kept aside are handed back unstarted, as any other not started.
-    for Ready { job, hold, .. } in parked.drain() {
-        if !hold.lost.is_cancelled() {
-            send(
-                &shared,
-                &finish,
-                finish_of(&shared, &job, Transition::Return, None),
-                &hold,
-            );
         }
     }
 }

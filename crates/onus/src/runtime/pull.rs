@@ -209,12 +209,13 @@ impl Client {
                         now,
                         lease_until: until,
                         caps: self.shared.caps(group),
+                        lease_slots: self.shared.lease_slots(group),
                     })
                     .await?;
                 for j in &jobs {
                     super::metrics::picked_up(queue, now - j.run_at);
                 }
-                let jobs = self.admit_claimed(jobs, &owner, now, until).await;
+                let jobs = self.admit_claimed(jobs).await;
                 out.extend(jobs.into_iter().map(|job| Claimed {
                     lease_token: token_of(&secret, job.attempt),
                     lease_expires_at: job.lease_expires_at.unwrap_or(until),
@@ -237,28 +238,21 @@ impl Client {
     }
 
     /// Admits the claimed jobs as a worker in the process admits its own ([`super::admission`]):
-    /// only the admitted are handed out; the others are snoozed, held, deferred or handed back.
-    async fn admit_claimed(
-        &self,
-        jobs: Vec<Job>,
-        owner: &str,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> Vec<Job> {
+    /// only the admitted are handed out; the others are deferred, snoozed or handed back.
+    async fn admit_claimed(&self, jobs: Vec<Job>) -> Vec<Job> {
         let mut out = Vec::with_capacity(jobs.len());
         for job in jobs {
-            match super::admission::admit(&self.shared, &job, owner, now, until).await {
-                Admission::Run { .. } => out.push(job),
-                Admission::Written { .. } => {}
-                Admission::Write(t, key) => self.hand_back(&job, t, key).await,
+            match super::admission::admit(&self.shared, &job).await {
+                Admission::Run => out.push(job),
+                Admission::Write(t) => self.hand_back(&job, t).await,
             }
         }
         out
     }
 
-    /// Writes `t` for a claimed job not handed out (releasing `key` if it took it).
-    async fn hand_back(&self, job: &Job, t: Transition, key: Option<String>) {
-        let back = super::attempt::finish_of(&self.shared, job, t, key);
+    /// Writes `t` for a claimed job not handed out (letting go of its lease key's slot).
+    async fn hand_back(&self, job: &Job, t: Transition) {
+        let back = super::attempt::finish_of(&self.shared, job, t);
         if let Err(e) = self.shared.store.finish(vec![back]).await {
             tracing::warn!(job = job.id, error = %e, "cannot write the claimed job's state; its lease will run out");
         }
@@ -431,8 +425,7 @@ impl Client {
             r => AttemptEnd::Returned(r),
         };
         // A job with a lease key took it at its claim; its answer releases it.
-        let release = job.lease_key.clone();
-        let mut finish = super::attempt::ended(&self.shared, job, Some(end), policy, release);
+        let mut finish = super::attempt::ended(&self.shared, job, Some(end), policy);
         finish.result = a
             .kept
             .filter(|_| matches!(finish.transition, Transition::Complete));

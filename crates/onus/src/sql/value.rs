@@ -26,7 +26,7 @@ pub enum Value {
     Json(serde_json::Value),
     /// Bytes that are not text.
     Bytes(Vec<u8>),
-    /// A list of integers or texts, for `= ANY($n)` on PostgreSQL (an array) and
+    /// A list of integers, texts or times, for `= ANY($n)` on PostgreSQL (an array) and
     /// `IN (SELECT value FROM json_each($n))` on SQLite (a JSON array).
     List(Vec<Value>),
 }
@@ -150,6 +150,14 @@ impl ToSql for Value {
                     _ => Err(mismatch()),
                 })
                 .collect::<Result<Vec<i64>, _>>()?
+                .to_sql(ty, out),
+            (Value::List(vs), &Type::TIMESTAMPTZ_ARRAY) => vs
+                .iter()
+                .map(|v| match v {
+                    Value::Time(t) => Ok(*t),
+                    _ => Err(mismatch()),
+                })
+                .collect::<Result<Vec<Timestamp>, _>>()?
                 .to_sql(ty, out),
             (Value::List(vs), &Type::TEXT_ARRAY) => vs
                 .iter()

@@ -1,11 +1,12 @@
 //! Claiming due jobs, written once for both backends around each engine's claim statement: the
-//! claim itself, and the claim with kinds capped across every process.
+//! claim itself, the claim with kinds capped across every process, and the lease-key slots the
+//! claimed jobs take in the same transaction.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
-use crate::job::Job;
+use crate::job::{Job, JobId};
 use crate::sql::{Backend, Row, Sql, Tx, Value};
-use crate::store::{manage, ClaimRequest, StoreResult};
+use crate::store::{keys, manage, ClaimRequest, LeaseDecision, StoreResult};
 
 static RUNNING: Sql = Sql::new(
     "onus_jobs",
@@ -36,21 +37,102 @@ pub(crate) async fn rows<T: Tx + ?Sized>(
 }
 
 /// Claims for `req` with `plain` (when none of its kinds is capped) or `capped`, the jobs in the
-/// order they run.
+/// order they run, each holding its lease key's slot (see [`LeaseRounds`]).
 pub(crate) async fn claim<T: Tx + ?Sized>(
     tx: &T,
     req: &ClaimRequest,
     plain: &Sql,
     capped: &Sql,
 ) -> StoreResult<Vec<Job>> {
-    let mut jobs = if req.caps.iter().any(|(k, _)| req.kinds.contains(k)) {
-        with_caps(tx, req, capped).await?
-    } else {
-        let kinds: Vec<&String> = req.kinds.iter().collect();
-        manage::jobs(rows(tx, plain, req, &kinds, req.limit, Vec::new()).await?)?
-    };
-    jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
-    Ok(jobs)
+    let mut rounds = LeaseRounds::new(req);
+    while let Some(r) = rounds.next() {
+        let got = if r.caps.iter().any(|(k, _)| r.kinds.contains(k)) {
+            with_caps(tx, r, capped).await?
+        } else {
+            let kinds: Vec<&String> = r.kinds.iter().collect();
+            manage::jobs(rows(tx, plain, r, &kinds, r.limit, Vec::new()).await?)?
+        };
+        rounds.took(tx, got).await?;
+    }
+    Ok(rounds.jobs())
+}
+
+/// How many times a claim goes on when jobs it took wait for their lease keys instead: each round
+/// asks for the room the waiting ones left, so a backlog of one busy key is set aside a few
+/// claims' worth at a time and the jobs behind it are reached.
+const LEASE_ROUNDS: usize = 8;
+
+/// A claim's rounds: each claims up to [`LeaseRounds::next`]'s limit with the engine's statement,
+/// then [`LeaseRounds::took`] gives each claimed job with a lease key a slot of it in the same
+/// transaction ([`keys::acquire`]). A job whose key is busy waits asleep until a release wakes it,
+/// one whose key is paused is held; neither spends its attempt or is returned. While some waited
+/// and the rounds found as many as they asked for, another round asks for the room left.
+pub(crate) struct LeaseRounds<'r> {
+    req: &'r ClaimRequest,
+    ask: ClaimRequest,
+    out: Vec<Job>,
+    rounds: usize,
+    done: bool,
+}
+
+impl<'r> LeaseRounds<'r> {
+    pub(crate) fn new(req: &'r ClaimRequest) -> Self {
+        LeaseRounds {
+            req,
+            ask: req.clone(),
+            out: Vec::with_capacity(req.limit),
+            rounds: 0,
+            done: req.limit == 0,
+        }
+    }
+
+    /// What the next round asks for, if there is one.
+    pub(crate) fn next(&mut self) -> Option<&ClaimRequest> {
+        if self.done || self.rounds >= LEASE_ROUNDS {
+            return None;
+        }
+        self.rounds += 1;
+        self.ask.limit = self.req.limit - self.out.len();
+        Some(&self.ask)
+    }
+
+    /// Gives the jobs a round claimed their lease keys' slots, keeping those that run.
+    pub(crate) async fn took<T: Tx + ?Sized>(
+        &mut self,
+        tx: &T,
+        mut got: Vec<Job>,
+    ) -> StoreResult<()> {
+        got.sort_by_key(|j| (j.priority, j.run_at, j.id));
+        let short = got.len() < self.ask.limit;
+        let req = self.req;
+        let asks: Vec<(&Job, &str, u32)> = got
+            .iter()
+            .filter_map(|j| Some((j, j.lease_key.as_deref()?, req.slots_of(&j.kind))))
+            .collect();
+        let leases = keys::LeaseAsks {
+            jobs: &asks,
+            owner: &req.owner,
+            now: req.now,
+            until: req.lease_until,
+        };
+        let decisions = keys::acquire(tx, leases).await?;
+        let waiting: HashSet<JobId> = asks
+            .iter()
+            .zip(&decisions)
+            .filter(|(_, d)| !matches!(d, LeaseDecision::Acquired))
+            .map(|((j, _, _), _)| j.id)
+            .collect();
+        self.out
+            .extend(got.into_iter().filter(|j| !waiting.contains(&j.id)));
+        self.done = short || waiting.is_empty() || self.out.len() >= req.limit;
+        Ok(())
+    }
+
+    /// The jobs that run, in the order they run.
+    pub(crate) fn jobs(mut self) -> Vec<Job> {
+        self.out.sort_by_key(|j| (j.priority, j.run_at, j.id));
+        self.out
+    }
 }
 
 /// A claim with kinds capped across every process: under each capped kind's lock (taken in one

@@ -33,11 +33,18 @@ static PAUSE: Sql = Sql::new(
      RETURNING until",
 );
 
-static HOLD: Sql = Sql::new(
+// A job some claim has locked is passed over: that claim reads the pause once this one commits
+// (it waits for the key's lock) and holds the job itself.
+static HOLD: Sql = Sql::per_backend(
     JOBS,
     "UPDATE onus_jobs SET state = 'scheduled', run_at = $1, lease_wait = TRUE
      WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
        AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4",
+    "UPDATE onus_jobs SET state = 'scheduled', run_at = $1, lease_wait = TRUE
+     WHERE id IN (SELECT id FROM onus_jobs
+        WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
+          AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4
+        FOR UPDATE SKIP LOCKED)",
 );
 
 static HELD: Sql = Sql::new(
@@ -55,10 +62,14 @@ static RELEASE_HELD: Sql = Sql::per_backend(
     JOBS,
     "UPDATE onus_jobs SET run_at = $1, lease_wait = FALSE
      WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait = TRUE",
-    // Each queue with a job set free hears of it.
+    // Each queue with a job set free hears of it. A job some claim has locked is passed over:
+    // that claim reads the key once this resume commits.
     "WITH r AS (
         UPDATE onus_jobs SET run_at = $1, lease_wait = false
-        WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait RETURNING queue
+        WHERE id IN (SELECT id FROM onus_jobs
+            WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait
+            FOR UPDATE SKIP LOCKED)
+        RETURNING queue
      ), n AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM r) d)
      SELECT (SELECT count(*) FROM r) AS n, (SELECT count(*) FROM n) AS notified",
 );
@@ -87,7 +98,9 @@ static FREE_SLOT: Sql = Sql::new(
 );
 
 // The job that has waited longest for this key and still sleeps (one woken earlier and not yet
-// claimed is passed over: this release frees another slot); only jobs waiting for the lease. It
+// claimed is passed over: this release frees another slot); only jobs waiting for the lease. On
+// PostgreSQL a waiter some claim has locked is passed over too: a claim holds its rows while it
+// waits for the keys' locks, and a release holds the key's lock. It
 // wakes due since its creation, not since now: it was claimed before the jobs still waiting in
 // the queue, and a claim takes the longest due first, so it runs before later jobs of the same
 // key take the slot and send it back to sleep.
@@ -100,7 +113,7 @@ static WAKE_WAITER: Sql = Sql::per_backend(
     "WITH w AS (
         SELECT id FROM onus_jobs WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait AND id != $3
           AND run_at > $1
-        ORDER BY run_at, id LIMIT 1
+        ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
      ), woken AS (
         UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1) FROM w WHERE j.id = w.id RETURNING j.queue
      )
@@ -252,90 +265,229 @@ pub(crate) async fn release<T: Tx + ?Sized>(
     Ok(())
 }
 
-// The key's slots, and its pause as slot -1 when one is in force: one round trip.
-static SLOTS: Sql = Sql::new(
+// The keys' slots, each key's pause as slot -1 when one is in force, and the latest run_at of
+// the key's sleeping waiters as slot -2: one round trip for a claim's every key.
+static SLOTS: Sql = Sql::per_backend(
     LEASES,
-    "SELECT slot, job_id, busy_until FROM onus_leases WHERE key = $1
-     UNION ALL SELECT -1, 0, until FROM onus_key_pauses WHERE key = $1 AND until > $2",
+    "SELECT key, slot, job_id, busy_until FROM onus_leases WHERE key IN (SELECT value FROM json_each($1))
+     UNION ALL SELECT key, -1, 0, until FROM onus_key_pauses
+        WHERE key IN (SELECT value FROM json_each($1)) AND until > $2
+     UNION ALL SELECT lease_key, -2, 0, MAX(run_at) FROM onus_jobs
+        WHERE lease_key IN (SELECT value FROM json_each($1)) AND state = 'snoozed' AND lease_wait = 1
+        GROUP BY lease_key",
+    "SELECT key, slot, job_id, busy_until FROM onus_leases WHERE key = ANY($1)
+     UNION ALL SELECT key, -1, 0, until FROM onus_key_pauses WHERE key = ANY($1) AND until > $2
+     UNION ALL SELECT lease_key, -2, 0, MAX(run_at) FROM onus_jobs
+        WHERE lease_key = ANY($1) AND state = 'snoozed' AND lease_wait GROUP BY lease_key",
 );
 
-static TAKE_SLOT: Sql = Sql::new(
+// Slots taken: keys ($1), slots ($2) and jobs ($3) in the same order, all until $4.
+static TAKE_SLOTS: Sql = Sql::per_backend(
     LEASES,
-    "INSERT INTO onus_leases (key, slot, job_id, busy_until) VALUES ($1, $2, $3, $4)
+    "INSERT INTO onus_leases (key, slot, job_id, busy_until)
+     SELECT k.value, s.value, j.value, u.v FROM json_each($1) k
+        JOIN json_each($2) s ON s.key = k.key JOIN json_each($3) j ON j.key = k.key, (SELECT $4 AS v) u
+     WHERE true
+     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+    "INSERT INTO onus_leases (key, slot, job_id, busy_until)
+     SELECT k, s, j, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(k, s, j)
      ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
 );
 
-// SQLite uses its partial index of waiters only for the predicate as the index states it.
-static LAST_WAITER: Sql = Sql::per_backend(
+// Claimed jobs that wait instead: ids ($1), states ($2: `snoozed` behind a busy key, `scheduled`
+// held by a pause) and run_at ($3) in the same order, still leased to $4. The attempt the claim
+// counted is given back; nothing goes into the job's history. The row is found by its id, with
+// state and owner compared through coalesce() (see the batch finish on PostgreSQL).
+static WAIT: Sql = Sql::per_backend(
     JOBS,
-    "SELECT MAX(run_at) AS last FROM onus_jobs
-     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait = 1 AND id != $2",
-    "SELECT MAX(run_at) AS last FROM onus_jobs
-     WHERE lease_key = $1 AND state = 'snoozed' AND lease_wait AND id != $2",
+    "UPDATE onus_jobs SET state = w.state, run_at = w.run_at, lease_wait = 1, attempt = attempt - 1,
+        lease_owner = NULL, lease_expires_at = NULL
+     FROM (SELECT i.value AS id, s.value AS state, r.value AS run_at FROM json_each($1) i
+           JOIN json_each($2) s ON s.key = i.key JOIN json_each($3) r ON r.key = i.key) AS w
+     WHERE onus_jobs.id = w.id AND onus_jobs.state = 'running' AND onus_jobs.lease_owner = $4",
+    "UPDATE onus_jobs j SET state = w.state, run_at = w.run_at, lease_wait = true, attempt = j.attempt - 1,
+        lease_owner = NULL, lease_expires_at = NULL
+     FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS w(id, state, run_at)
+     WHERE j.id = w.id AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4",
 );
 
-// Not waiting for the disk when a job only waits: this transaction holds the key's lock, and
-// every job of the key queues behind it (the holder's release too). A wait lost in a crash of
-// the database leaves the job running under its process's lease, which runs out, and the
-// rescuer counts the attempt as lost, as for a process that died. Nothing acknowledged depends
-// on it: a transaction that saw it commits after it, and its commit waits for both records.
-static NO_DISK_WAIT: Sql = Sql::new(JOBS, "SET LOCAL synchronous_commit = off");
+/// Takes `keys` locks in one order (sorted, deduplicated), so two writers of the same keys never
+/// wait on each other in a cycle: on PostgreSQL one round trip of advisory locks, on SQLite
+/// nothing (see [`Tx::lock`]).
+pub(crate) async fn lock_keys<T: Tx + ?Sized>(tx: &T, keys: &[&str]) -> StoreResult<()> {
+    if tx.backend() == crate::sql::Backend::Sqlite || keys.is_empty() {
+        return Ok(());
+    }
+    let mut keys: Vec<&str> = keys.to_vec();
+    keys.sort_unstable();
+    keys.dedup();
+    tx.execute(&LOCK_KEYS, &[crate::sql::Value::list(keys)])
+        .await
+        .map(drop)
+}
 
-/// Takes a slot of lease key `ask.key` for its running job, or, when the key is paused or every
-/// slot busy, holds or snoozes the job in the same transaction (see [`crate::Store::acquire_lease`]).
+static LOCK_KEYS: Sql = Sql::new(
+    JOBS,
+    "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
+);
+
+/// Claimed jobs asking for slots of their lease keys, as the claim that took them asks: all
+/// leased to `owner` at `now`, a slot taken held until `until` unless renewed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseAsks<'a> {
+    /// Each job with its lease key and the key's number of slots.
+    pub jobs: &'a [(&'a crate::Job, &'a str, u32)],
+    pub owner: &'a str,
+    pub now: crate::Timestamp,
+    pub until: crate::Timestamp,
+}
+
+/// Takes a slot of its lease key for each job of `asks` in order, in the claim's transaction
+/// (see [`crate::Store::acquire_lease`]): under the keys' locks, one read of every key's slots,
+/// its pause and its last waiter; one write of the slots taken; one write of the jobs that wait
+/// instead, held until a pause ends or sleeping until a slot frees (a release wakes the longest
+/// waiter). The jobs' order is the claim's, so the longest due job of a key takes its slot.
 pub(crate) async fn acquire<T: Tx + ?Sized>(
     tx: &T,
-    ask: LeaseAsk<'_>,
-) -> StoreResult<crate::store::LeaseDecision> {
-    use crate::store::{finish, LeaseDecision};
-    lock_key(tx, ask.key).await?;
-    let rows = tx.query(&SLOTS, &[ask.key.into(), ask.now.into()]).await?;
-    let mut held: Vec<SlotRow> = Vec::with_capacity(rows.len());
-    let mut paused = None;
-    for r in &rows {
-        let slot: i64 = r.get("slot")?;
-        let busy_until: Timestamp = r.get("busy_until")?;
-        if slot < 0 {
-            paused = Some(busy_until);
-        } else {
-            held.push((slot as u32, r.get("job_id")?, busy_until));
-        }
+    asks: LeaseAsks<'_>,
+) -> StoreResult<Vec<crate::store::LeaseDecision>> {
+    use crate::sql::Value;
+    use crate::store::LeaseDecision;
+    use std::collections::HashMap;
+    let keys: Vec<&str> = asks.jobs.iter().map(|(_, k, _)| *k).collect();
+    if keys.is_empty() {
+        return Ok(Vec::new());
     }
-    let waits = tx.backend() == crate::sql::Backend::Postgres;
-    if let Some(until) = paused {
-        finish::one(tx, &ask.paused_hold(until), false).await?;
-        if waits {
-            tx.execute(&NO_DISK_WAIT, &[]).await?;
-        }
-        return Ok(LeaseDecision::Paused(until));
-    }
-    if let Some(s) = ask.free_slot(&held) {
-        let p = [
-            ask.key.into(),
-            s.into(),
-            ask.job.id.into(),
-            ask.until.into(),
-        ];
-        tx.execute(&TAKE_SLOT, &p).await?;
-        return Ok(LeaseDecision::Acquired);
-    }
-    let last = tx
-        .query(&LAST_WAITER, &[ask.key.into(), ask.job.id.into()])
+    lock_keys(tx, &keys).await?;
+    let mut unique = keys.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    let rows = tx
+        .query(&SLOTS, &[Value::list(unique), asks.now.into()])
         .await?;
-    let last = match last.first() {
-        Some(r) => r.get("last")?,
-        None => None,
-    };
-    let snooze = ask.busy_snooze(&held, last);
-    finish::one(tx, &snooze, true).await?;
-    if waits {
-        tx.execute(&NO_DISK_WAIT, &[]).await?;
+    let mut state: HashMap<String, KeyState> = HashMap::new();
+    for r in &rows {
+        let key: String = r.get("key")?;
+        let slot: i64 = r.get("slot")?;
+        let at: Timestamp = r.get("busy_until")?;
+        let k = state.entry(key).or_default();
+        match slot {
+            -1 => k.paused = Some(at),
+            -2 => k.last_waiter = Some(at),
+            s => k.held.push((s as u32, r.get("job_id")?, at)),
+        }
     }
-    Ok(LeaseDecision::Busy(match snooze.transition {
-        crate::outcome::Transition::Snooze { run_at, .. } => run_at,
-        _ => ask.now,
-    }))
+    let mut out = Vec::with_capacity(asks.jobs.len());
+    let mut take: (Vec<&str>, Vec<i64>, Vec<JobId>) = Default::default();
+    let mut wait: (Vec<JobId>, Vec<&str>, Vec<Timestamp>) = Default::default();
+    for &(job, key, slots) in asks.jobs {
+        let k = state.entry(key.to_string()).or_default();
+        let decision = k.decide(job.id, slots.max(1), asks.now, asks.until);
+        match decision {
+            LeaseDecision::Acquired => {
+                let slot = k.held.last().map_or(0, |h| h.0);
+                take.0.push(key);
+                take.1.push(i64::from(slot));
+                take.2.push(job.id);
+            }
+            LeaseDecision::Busy(at) | LeaseDecision::Paused(at) => {
+                wait.0.push(job.id);
+                wait.1.push(if matches!(decision, LeaseDecision::Busy(_)) {
+                    "snoozed"
+                } else {
+                    "scheduled"
+                });
+                wait.2.push(at);
+            }
+        }
+        out.push(decision);
+    }
+    if !take.0.is_empty() {
+        let p = [
+            Value::list(take.0),
+            Value::list(take.1),
+            Value::list(take.2),
+            asks.until.into(),
+        ];
+        tx.execute(&TAKE_SLOTS, &p).await?;
+    }
+    if !wait.0.is_empty() {
+        let p = [
+            Value::list(wait.0),
+            Value::list(wait.1),
+            Value::list(wait.2),
+            asks.owner.into(),
+        ];
+        tx.execute(&WAIT, &p).await?;
+    }
+    Ok(out)
 }
+
+/// A slot of a lease key as stored: the slot, the job holding it, and until when.
+pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
+
+/// One lease key as a claim's asks find it and change it.
+#[derive(Debug, Default)]
+struct KeyState {
+    /// The slots held (a slot taken by an earlier ask of the same claim last).
+    held: Vec<SlotRow>,
+    /// When the pause in force ends.
+    paused: Option<Timestamp>,
+    /// The latest run_at of the key's sleeping waiters.
+    last_waiter: Option<Timestamp>,
+}
+
+impl KeyState {
+    /// What job `job` gets of this key with `slots` slots at `now`: the slot it already holds,
+    /// or the first free or expired one (recorded as held until `until`); held while the key is
+    /// paused; else asleep until the earliest slot frees, or a slot's lease after the latest
+    /// other waiter, so waiters whose holder died wake one by one.
+    fn decide(
+        &mut self,
+        job: JobId,
+        slots: u32,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> crate::store::LeaseDecision {
+        use crate::store::LeaseDecision;
+        if let Some(end) = self.paused {
+            return LeaseDecision::Paused(end);
+        }
+        let free = self
+            .held
+            .iter()
+            .find(|(_, j, _)| *j == job)
+            .map(|(s, _, _)| *s)
+            .or_else(|| {
+                (0..slots).find(|s| {
+                    self.held
+                        .iter()
+                        .filter(|(hs, _, _)| hs == s)
+                        .all(|(_, _, busy)| *busy <= now)
+                })
+            });
+        if let Some(s) = free {
+            self.held.retain(|(hs, _, _)| *hs != s);
+            self.held.push((s, job, until));
+            return LeaseDecision::Acquired;
+        }
+        let free_at = self
+            .held
+            .iter()
+            .map(|(_, _, b)| *b)
+            .min()
+            .unwrap_or(now)
+            .max(now);
+        let spacing = (until - now).to_std().unwrap_or_default() / slots;
+        let at = crate::limits::lease_waiter_wakes_at(free_at, self.last_waiter, spacing);
+        self.last_waiter = Some(at);
+        LeaseDecision::Busy(at)
+    }
+}
+
+// Not waiting for the disk when nothing of a transaction needs it (a spent rate window writes
+// nothing that lasts).
+static NO_DISK_WAIT: Sql = Sql::new(JOBS, "SET LOCAL synchronous_commit = off");
 
 static TAKE_USE: Sql = Sql::new(
     "onus_rate_windows",
@@ -393,96 +545,4 @@ pub(crate) async fn take_rates<T: Tx + ?Sized>(
     }
     tx.batch("RELEASE SAVEPOINT onus_rates").await?;
     Ok(out)
-}
-
-/// A slot of a lease key as stored: the slot, the job holding it, and until when.
-pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
-
-/// A running job asking for a slot of a lease key, as the runtime asks a store.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseAsk<'a> {
-    pub key: &'a str,
-    pub slots: u32,
-    pub job: &'a crate::Job,
-    pub owner: &'a str,
-    pub now: crate::Timestamp,
-    /// Until when the slot is held (unless renewed).
-    pub until: crate::Timestamp,
-}
-
-impl LeaseAsk<'_> {
-    /// The slot the job takes: the one it already holds, or the first one free or expired;
-    /// `None` when every slot is busy.
-    pub(crate) fn free_slot(&self, held: &[SlotRow]) -> Option<u32> {
-        held.iter()
-            .find(|(_, j, _)| *j == self.job.id)
-            .map(|(s, _, _)| *s)
-            .or_else(|| {
-                (0..self.slots.max(1)).find(|s| {
-                    held.iter()
-                        .find(|(hs, _, _)| hs == s)
-                        .is_none_or(|(_, _, busy)| *busy <= self.now)
-                })
-            })
-    }
-
-    /// The hold written when the key is paused until `until`: attempt given back, nothing in the
-    /// job's history (see [`crate::outcome::Transition::Hold`]).
-    pub(crate) fn paused_hold(&self, until: crate::Timestamp) -> crate::store::Finish {
-        crate::store::Finish {
-            id: self.job.id,
-            owner: self.owner.to_string(),
-            attempt: self.job.attempt,
-            transition: crate::outcome::Transition::Hold { run_at: until },
-            now: self.now,
-            release_lease: None,
-            periodic: None,
-            expired_before: None,
-            result: None,
-        }
-    }
-
-    /// The snooze written when every slot is busy: no attempt spent, until the earliest slot
-    /// frees, or a slot's lease after the latest other waiter (`last_waiter`), so waiters whose
-    /// holder died wake one by one.
-    pub(crate) fn busy_snooze(
-        &self,
-        held: &[SlotRow],
-        last_waiter: Option<crate::Timestamp>,
-    ) -> crate::store::Finish {
-        let slots = self.slots.max(1);
-        let now = self.now;
-        let free_at = held
-            .iter()
-            .map(|(_, _, b)| *b)
-            .min()
-            .unwrap_or(now)
-            .max(now);
-        let spacing = (self.until - now).to_std().unwrap_or_default() / slots;
-        let run_at = crate::limits::lease_waiter_wakes_at(free_at, last_waiter, spacing);
-        crate::store::Finish {
-            id: self.job.id,
-            owner: self.owner.to_string(),
-            attempt: self.job.attempt,
-            transition: crate::outcome::Transition::Snooze {
-                run_at,
-                entry: crate::job::HistoryEntry {
-                    at: now,
-                    attempt: self.job.attempt,
-                    class: crate::job::EntryClass::Snooze,
-                    message: format!(
-                        "lease key {} busy ({} of {slots} slots held)",
-                        self.key,
-                        held.len()
-                    ),
-                },
-                pause_key: None,
-            },
-            now,
-            release_lease: None,
-            periodic: None,
-            expired_before: None,
-            result: None,
-        }
-    }
 }

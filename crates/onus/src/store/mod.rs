@@ -190,8 +190,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Takes one of `slots` slots of lease `key` for the running `job` (leased to `owner`) until
-    /// `until`. When every slot is busy, snoozes the job in the same write (no attempt spent) until
-    /// the earliest slot expires; releasing a slot wakes the longest waiter at once.
+    /// `until`, as a claim takes its jobs' slots. When every slot is busy the job waits asleep in
+    /// the same write (its attempt given back, nothing in its history) until the earliest slot
+    /// expires, and releasing a slot wakes the longest waiter at once; when the key is paused the
+    /// job is held until the pause ends.
     async fn acquire_lease(
         &self,
         key: &str,
@@ -202,17 +204,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         until: Timestamp,
     ) -> StoreResult<LeaseDecision> {
         let (key, job, owner) = (key.to_string(), job.clone(), owner.to_string());
-        flow!(self, write, |tx| keys::acquire(
+        let decided = flow!(self, write, |tx| keys::acquire(
             tx,
-            keys::LeaseAsk {
-                key: &key,
-                slots,
-                job: &job,
+            keys::LeaseAsks {
+                jobs: &[(&job, key.as_str(), slots)],
                 owner: &owner,
                 now,
                 until
             }
-        ))
+        ))?;
+        Ok(decided.first().copied().unwrap_or(LeaseDecision::Acquired))
     }
 
     /// Until when lease `key` is held (the latest slot), if it is held at all.

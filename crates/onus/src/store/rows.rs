@@ -69,7 +69,8 @@ pub struct InsertClaim {
     pub take: Vec<bool>,
 }
 
-/// Which of `rows[range]` the insert claims: those `claim` asks for that are due now.
+/// Which of `rows[range]` the insert claims: those `claim` asks for that are due now, without a
+/// unique key or a lease key (a job with a lease key takes its slot in a claim).
 pub(crate) fn taken(
     rows: &[InsertRow],
     range: std::ops::Range<usize>,
@@ -79,6 +80,7 @@ pub(crate) fn taken(
         .map(|k| {
             rows[k].state == JobState::Available
                 && rows[k].unique_key.is_none()
+                && rows[k].lease_key.is_none()
                 && claim.is_some_and(|c| c.take.get(k).copied().unwrap_or(false))
         })
         .collect()
@@ -111,6 +113,20 @@ pub struct ClaimRequest {
     /// Kinds among `kinds` with a total cap on running jobs across every process: a claim takes
     /// at most the cap less the kind's jobs running now.
     pub caps: Vec<(String, u32)>,
+    /// Kinds among `kinds` whose lease keys have more than one slot (a key of any other kind has
+    /// one). A claimed job with a lease key takes a slot of it in the claim's transaction; one
+    /// whose key is busy or paused waits instead and is not returned.
+    pub lease_slots: Vec<(String, u32)>,
+}
+
+impl ClaimRequest {
+    /// How many slots a lease key of `kind`'s jobs has.
+    pub fn slots_of(&self, kind: &str) -> u32 {
+        self.lease_slots
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map_or(1, |(_, n)| (*n).max(1))
+    }
 }
 
 /// One finished attempt to record.

@@ -22,6 +22,7 @@ async fn claim_as_dead_process(env: &Env, kind: &str) -> Vec<onus::Job> {
             now,
             lease_until: now + chrono::TimeDelta::seconds(30),
             caps: Vec::new(),
+            lease_slots: Vec::new(),
         })
         .await
         .unwrap()
@@ -64,6 +65,7 @@ pub async fn rescuer_turns_expired_leases_into_failed_attempts(env: Env) {
             now,
             lease_until: now - chrono::TimeDelta::seconds(1),
             caps: Vec::new(),
+            lease_slots: Vec::new(),
         })
         .await
         .unwrap();

@@ -647,17 +647,12 @@ async fn regression_finishers_take_lease_key_locks_in_one_order() {
             now,
             lease_until: until,
             caps: Vec::new(),
+            // Two slots a key: the claim takes a slot for each of the four.
+            lease_slots: vec![("k".into(), 2)],
         })
         .await
         .unwrap();
     assert_eq!(jobs.len(), 4);
-    for j in &jobs {
-        let key = j.lease_key.clone().unwrap();
-        env.store
-            .acquire_lease(&key, 2, j, "o", now, until)
-            .await
-            .unwrap();
-    }
     let done = |id: i64, key: &str| Finish {
         id,
         owner: "o".into(),
@@ -733,6 +728,7 @@ async fn regression_a_renewal_skips_a_row_being_written_instead_of_waiting() {
             now,
             lease_until: now + chrono::TimeDelta::seconds(30),
             caps: Vec::new(),
+            lease_slots: Vec::new(),
         })
         .await
         .unwrap();
@@ -815,6 +811,7 @@ async fn regression_pull_claims_leave_the_cursor_map_bounded() {
                 now,
                 lease_until: now + chrono::TimeDelta::seconds(60),
                 caps: Vec::new(),
+                lease_slots: Vec::new(),
             })
             .await
             .unwrap()

@@ -216,6 +216,7 @@ pub async fn regression_a_lease_lost_elsewhere_stops_the_attempt_at_once(env: En
             now: later,
             lease_until: later + chrono::TimeDelta::seconds(30),
             caps: Vec::new(),
+            lease_slots: Vec::new(),
         })
         .await
         .unwrap();

@@ -99,6 +99,7 @@ fn claim_of(env: &Env, kinds: &[&str], limit: usize, caps: &[(&str, u32)]) -> Cl
         now,
         lease_until: now + chrono::TimeDelta::seconds(30),
         caps: caps.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+        lease_slots: Vec::new(),
     }
 }
 

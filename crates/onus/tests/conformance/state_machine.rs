@@ -95,6 +95,7 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                         now,
                         lease_until: now + chrono::TimeDelta::seconds(30),
                         caps: Vec::new(),
+                        lease_slots: Vec::new(),
                     })
                     .await
                     .unwrap();

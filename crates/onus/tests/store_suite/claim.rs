@@ -127,6 +127,7 @@ pub(crate) async fn a_capped_kind_takes_no_more_than_its_room(backend: Backend) 
         now: w.now,
         lease_until: w.now + secs(30),
         caps: vec![("capped".into(), 2)],
+        lease_slots: Vec::new(),
     };
     let first = w.store.claim(claim(3)).await.unwrap();
     let kinds: Vec<&str> = first.iter().map(|j| j.kind.as_str()).collect();

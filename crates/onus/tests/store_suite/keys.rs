@@ -8,30 +8,38 @@ pub(crate) async fn a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter(b
         lease_key: Some("k".into()),
         ..w.row("a")
     };
-    w.insert(keyed()).await;
-    w.insert(keyed()).await;
+    let first = w.insert(keyed()).await;
+    let second = w.insert(keyed()).await;
+    // One claim of both: the first takes the key's one slot, the second waits asleep in the same
+    // transaction and is not handed out.
     let jobs = w.claim(&["a"], 2, w.now).await;
-    let (a, b) = (&jobs[0], &jobs[1]);
     let until = w.now + secs(30);
+    assert_eq!(
+        jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![first.id]
+    );
+    let a = &jobs[0];
+    assert_eq!(w.store.lease_busy_until("k").await.unwrap(), Some(until));
+    let waiting = w.get(&second).await;
+    assert_eq!(
+        (
+            waiting.state,
+            waiting.attempt,
+            waiting.run_at,
+            waiting.snoozes
+        ),
+        (JobState::Snoozed, 0, until, 0),
+        "asleep until the slot's lease ends, no attempt spent, not counted as a snooze"
+    );
+    assert!(waiting.errors.is_empty(), "{:?}", waiting.errors);
+    assert_eq!(waiting.lease_owner, None);
+    // Asked again for the job that holds it, the key answers with the same slot.
     assert_eq!(
         w.store
             .acquire_lease("k", 1, a, OWNER, w.now, until)
             .await
             .unwrap(),
         LeaseDecision::Acquired
-    );
-    assert_eq!(w.store.lease_busy_until("k").await.unwrap(), Some(until));
-    let busy = w
-        .store
-        .acquire_lease("k", 1, b, OWNER, w.now, until)
-        .await
-        .unwrap();
-    assert_eq!(busy, LeaseDecision::Busy(until));
-    let waiting = w.get(b).await;
-    assert_eq!(
-        (waiting.state, waiting.attempt, waiting.run_at),
-        (JobState::Snoozed, 0, until),
-        "snoozed without spending an attempt"
     );
     // The holder finishes and releases its slot: the waiter is due at once, and due since it
     // was created, so a claim takes it before jobs inserted after it.
@@ -43,9 +51,73 @@ pub(crate) async fn a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter(b
             .unwrap(),
         vec![true]
     );
-    assert_eq!(w.get(b).await.run_at, b.created_at);
-    assert!(b.created_at <= done);
+    assert_eq!(w.get(&second).await.run_at, second.created_at);
+    assert!(second.created_at <= done);
     assert_eq!(w.store.lease_busy_until("k").await.unwrap(), None);
+    let next = w.claim(&["a"], 2, done).await;
+    assert_eq!(
+        next.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![second.id]
+    );
+    assert_eq!(next[0].attempt, 1);
+    assert_eq!(
+        w.store.lease_busy_until("k").await.unwrap(),
+        Some(done + secs(30))
+    );
+}
+
+/// A claim reads its keys as they are: a paused key holds its claimed jobs until the pause ends
+/// (scheduled, attempt given back), and a key with two slots lets two of its jobs run.
+pub(crate) async fn a_claim_holds_the_jobs_of_a_paused_key_and_fills_every_slot(backend: Backend) {
+    let w = world(backend).await;
+    let on = |key: &str| InsertRow {
+        lease_key: Some(key.into()),
+        ..w.row("a")
+    };
+    let end = w.now + secs(600);
+    w.store
+        .pause_key(
+            "paused",
+            end,
+            w.now,
+            "maintenance",
+            onus::store::PauseMode::Replace,
+        )
+        .await
+        .unwrap();
+    // Inserted once the key is paused: the pause held nothing, the claim holds it.
+    let held = w.insert(on("paused")).await;
+    let wide: Vec<Job> = vec![
+        w.insert(on("wide")).await,
+        w.insert(on("wide")).await,
+        w.insert(on("wide")).await,
+    ];
+    let jobs = w
+        .store
+        .claim(ClaimRequest {
+            queue: "default".into(),
+            kinds: vec!["a".into()],
+            limit: 10,
+            owner: OWNER.into(),
+            now: w.now,
+            lease_until: w.now + secs(30),
+            caps: Vec::new(),
+            lease_slots: vec![("a".into(), 2)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![wide[0].id, wide[1].id],
+        "two slots: two run"
+    );
+    let h = w.get(&held).await;
+    assert_eq!(
+        (h.state, h.attempt, h.run_at),
+        (JobState::Scheduled, 0, end)
+    );
+    let third = w.get(&wide[2]).await;
+    assert_eq!((third.state, third.attempt), (JobState::Snoozed, 0));
 }
 
 async fn take(w: &World, key: &str, max: u32, at: Timestamp) -> RateDecision {
@@ -182,5 +254,10 @@ pub(crate) async fn a_key_pause_holds_its_jobs_until_resumed(backend: Backend) {
     assert_eq!(w.store.paused_until("k", later).await.unwrap(), None);
     assert!(w.store.paused_keys(later).await.unwrap().is_empty());
     assert!(w.get(&a).await.run_at <= later);
-    assert_eq!(w.claim(&["a"], 10, later).await.len(), 2);
+    let freed = w.claim(&["a"], 10, later).await;
+    assert_eq!(
+        freed.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![a.id],
+        "both are due again; the key's one slot runs the first, the other waits for it"
+    );
 }

@@ -80,6 +80,7 @@ impl World {
                 now: at,
                 lease_until: at + secs(30),
                 caps: Vec::new(),
+                lease_slots: Vec::new(),
             })
             .await
             .unwrap()
@@ -138,6 +139,7 @@ onus_testkit::both!(setup = crate::on;
     ],
     keys: [
         a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter,
+        a_claim_holds_the_jobs_of_a_paused_key_and_fills_every_slot,
         a_rate_window_counts_uses_and_names_the_next_window,
         rate_windows_are_taken_all_or_none,
         a_key_pause_holds_its_jobs_until_resumed,

@@ -49,8 +49,7 @@ pub(crate) async fn rescuer(
                     } else {
                         AttemptEnd::WorkerLost
                     };
-                    let release = job.lease_key.clone();
-                    let mut f = attempt::ended(&shared, &job, Some(end), &kind.policy, release);
+                    let mut f = attempt::ended(&shared, &job, Some(end), &kind.policy);
                     f.expired_before = Some(now); // unless a heartbeat renewed it meanwhile
                     let mut o = QueuedOutcome::unheld(f);
                     o.counted = Some((job.kind.clone(), None));

@@ -556,38 +556,16 @@ impl Store for PostgresStore {
                 .write(async |tx| claim::claim(tx, &req, plain, capped).await)
                 .await;
         }
-        let c = self.client().await?;
-        let tx = PgTx::pooled_client(&c);
-        let kinds: Vec<&String> = req.kinds.iter().collect();
-        let after = self.cursors.resume(&req);
-        let (sql, extra) = match after {
-            None => (&*CLAIM_FROM_START, Vec::new()),
-            Some((p, at, id)) => (&*CLAIM_AFTER, vec![p.into(), at.into(), id.into()]),
-        };
-        let mut rows = claim::rows(&tx, sql, &req, &kinds, req.limit, extra).await?;
-        // A resumed claim that came back short reached the backlog's end: what it could not fill
-        // comes from the front (a job handed back, or one sorting before the cursor, is never left
-        // waiting for a wake-up that may not come).
-        let mut from_start = after.is_none();
-        if !from_start && rows.len() < req.limit {
-            let rest = req.limit - rows.len();
-            let more = claim::rows(&tx, &CLAIM_FROM_START, &req, &kinds, rest, Vec::new());
-            rows.extend(more.await?);
-            from_start = true;
-        }
-        let mut jobs = Vec::with_capacity(rows.len());
-        let mut last = None;
-        for r in rows {
-            let src: i32 = r.get("src")?;
-            let job = manage::job(r)?;
-            if src == 0 {
-                last = last.max(Some((job.priority, job.run_at, job.id)));
+        let cursors = &self.cursors;
+        self.write(async |tx| {
+            let mut rounds = claim::LeaseRounds::new(&req);
+            while let Some(r) = rounds.next() {
+                let got = claim_from_cursor(tx, cursors, r).await?;
+                rounds.took(tx, got).await?;
             }
-            jobs.push(job);
-        }
-        self.cursors.record(&req, !from_start, last, jobs.len());
-        jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
-        Ok(jobs)
+            Ok(rounds.jobs())
+        })
+        .await
     }
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
@@ -780,6 +758,44 @@ async fn listen_loop(target: connect::Target, tx: mpsc::UnboundedSender<Notice>)
     }
 }
 
+/// One claim statement's worth for `req` (no kind capped), resuming from this process's cursor
+/// for the queue when it has one (see [`Cursors`]).
+async fn claim_from_cursor(
+    tx: &PgTx<'_>,
+    cursors: &Cursors,
+    req: &ClaimRequest,
+) -> StoreResult<Vec<Job>> {
+    let kinds: Vec<&String> = req.kinds.iter().collect();
+    let after = cursors.resume(req);
+    let (sql, extra) = match after {
+        None => (&*CLAIM_FROM_START, Vec::new()),
+        Some((p, at, id)) => (&*CLAIM_AFTER, vec![p.into(), at.into(), id.into()]),
+    };
+    let mut rows = claim::rows(tx, sql, req, &kinds, req.limit, extra).await?;
+    // A resumed claim that came back short reached the backlog's end: what it could not fill
+    // comes from the front (a job handed back, or one sorting before the cursor, is never left
+    // waiting for a wake-up that may not come).
+    let mut from_start = after.is_none();
+    if !from_start && rows.len() < req.limit {
+        let rest = req.limit - rows.len();
+        let more = claim::rows(tx, &CLAIM_FROM_START, req, &kinds, rest, Vec::new());
+        rows.extend(more.await?);
+        from_start = true;
+    }
+    let mut jobs = Vec::with_capacity(rows.len());
+    let mut last = None;
+    for r in rows {
+        let src: i32 = r.get("src")?;
+        let job = manage::job(r)?;
+        if src == 0 {
+            last = last.max(Some((job.priority, job.run_at, job.id)));
+        }
+        jobs.push(job);
+    }
+    cursors.record(req, !from_start, last, jobs.len());
+    Ok(jobs)
+}
+
 /// Records `batch` in one transaction on `c`; for each, whether the guarded write applied. A job
 /// listed twice (two callers' batches answering it at once) applies at most once.
 pub(crate) async fn finish_batch(
@@ -790,22 +806,11 @@ pub(crate) async fn finish_batch(
     tx.batch_execute(NO_SEQSCAN).await.map_err(pg_error)?;
     // Lease-key locks in one order (sorted), before any is needed: two finishers whose
     // batches release the same keys in different orders can never deadlock.
-    let mut keys: Vec<&str> = batch
+    let keys: Vec<&str> = batch
         .iter()
         .filter_map(|f| f.release_lease.as_deref())
         .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    if !keys.is_empty() {
-        // One round trip; the locks are taken in the array's order.
-        let lock = tx
-            .prepare_cached(
-                "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
-            )
-            .await
-            .map_err(pg_error)?;
-        tx.execute(&lock, &[&keys]).await.map_err(pg_error)?;
-    }
+    keys::lock_keys(&PgTx::pooled(&tx), &keys).await?;
     let mut applied = vec![false; batch.len()];
     // The common case, completions (releasing the job's lease key or not), all in one
     // statement whatever their owners (a group commit mixes many pull workers' answers).
@@ -866,7 +871,7 @@ pub(crate) async fn finish_batch(
                     FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
                          LATERAL (SELECT w.id FROM onus_jobs w
                                   WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
-                                  ORDER BY w.run_at, w.id LIMIT f.n) w
+                                  ORDER BY w.run_at, w.id LIMIT f.n FOR UPDATE SKIP LOCKED) w
                     WHERE j.id = w.id
                     RETURNING j.queue
                  )
