@@ -148,6 +148,7 @@ fn request(limit: usize) -> ClaimRequest {
         now,
         lease_until: now + TimeDelta::seconds(60),
         caps: Vec::new(),
+        lease_slots: Vec::new(),
     }
 }
 

@@ -60,7 +60,7 @@ pub(crate) async fn claim<T: Tx + ?Sized>(
 /// How many times a claim goes on when jobs it took wait for their lease keys instead: each round
 /// asks for the room the waiting ones left, so a backlog of one busy key is set aside a few
 /// claims' worth at a time and the jobs behind it are reached.
-const LEASE_ROUNDS: usize = 8;
+const LEASE_ROUNDS: usize = 2;
 
 /// A claim's rounds: each claims up to [`LeaseRounds::next`]'s limit with the engine's statement,
 /// then [`LeaseRounds::took`] gives each claimed job with a lease key a slot of it in the same

@@ -266,19 +266,21 @@ pub(crate) async fn release<T: Tx + ?Sized>(
 }
 
 // The keys' slots, each key's pause as slot -1 when one is in force, and the latest run_at of
-// the key's sleeping waiters as slot -2: one round trip for a claim's every key.
+// the key's sleeping waiters as slot -2 (one step down the waiters' index per key): one round
+// trip for a claim's every key.
 static SLOTS: Sql = Sql::per_backend(
     LEASES,
     "SELECT key, slot, job_id, busy_until FROM onus_leases WHERE key IN (SELECT value FROM json_each($1))
      UNION ALL SELECT key, -1, 0, until FROM onus_key_pauses
         WHERE key IN (SELECT value FROM json_each($1)) AND until > $2
-     UNION ALL SELECT lease_key, -2, 0, MAX(run_at) FROM onus_jobs
-        WHERE lease_key IN (SELECT value FROM json_each($1)) AND state = 'snoozed' AND lease_wait = 1
-        GROUP BY lease_key",
+     UNION ALL SELECT k.value, -2, 0, (SELECT MAX(run_at) FROM onus_jobs
+            WHERE lease_key = k.value AND state = 'snoozed' AND lease_wait = 1) AS last
+        FROM json_each($1) k WHERE last IS NOT NULL",
     "SELECT key, slot, job_id, busy_until FROM onus_leases WHERE key = ANY($1)
      UNION ALL SELECT key, -1, 0, until FROM onus_key_pauses WHERE key = ANY($1) AND until > $2
-     UNION ALL SELECT lease_key, -2, 0, MAX(run_at) FROM onus_jobs
-        WHERE lease_key = ANY($1) AND state = 'snoozed' AND lease_wait GROUP BY lease_key",
+     UNION ALL SELECT k, -2, 0, w.run_at FROM unnest($1::text[]) AS k,
+        LATERAL (SELECT run_at FROM onus_jobs WHERE lease_key = k AND state = 'snoozed' AND lease_wait
+                 ORDER BY run_at DESC LIMIT 1) w",
 );
 
 // Slots taken: keys ($1), slots ($2) and jobs ($3) in the same order, all until $4.
