@@ -43,7 +43,7 @@ pub(crate) async fn claim<T: Tx + ?Sized>(
     req: &ClaimRequest,
     plain: &Sql,
     capped: &Sql,
-) -> StoreResult<Vec<Job>> {
+) -> StoreResult<Claimed> {
     let mut rounds = LeaseRounds::new(req);
     while let Some(r) = rounds.next() {
         let got = if r.caps.iter().any(|(k, _)| r.kinds.contains(k)) {
@@ -55,6 +55,13 @@ pub(crate) async fn claim<T: Tx + ?Sized>(
         rounds.took(tx, got).await?;
     }
     Ok(rounds.jobs())
+}
+
+/// A claim's jobs, and the keys whose jobs it set asleep.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    pub jobs: Vec<Job>,
+    pub waited: Vec<(String, u32)>,
 }
 
 /// How many times a claim goes on when jobs it took wait for their lease keys instead: each round
@@ -71,6 +78,8 @@ pub(crate) struct LeaseRounds<'r> {
     req: &'r ClaimRequest,
     ask: ClaimRequest,
     out: Vec<Job>,
+    /// The keys (with their slots) whose jobs were set asleep, for [`keys::wake_free`].
+    waited: Vec<(String, u32)>,
     rounds: usize,
     done: bool,
 }
@@ -81,6 +90,7 @@ impl<'r> LeaseRounds<'r> {
             req,
             ask: req.clone(),
             out: Vec::with_capacity(req.limit),
+            waited: Vec::new(),
             rounds: 0,
             done: req.limit == 0,
         }
@@ -115,10 +125,11 @@ impl<'r> LeaseRounds<'r> {
             now: req.now,
             until: req.lease_until,
         };
-        let decisions = keys::acquire(tx, leases).await?;
+        let acquired = keys::acquire(tx, leases).await?;
+        self.waited.extend(acquired.waited);
         let waiting: HashSet<JobId> = asks
             .iter()
-            .zip(&decisions)
+            .zip(&acquired.decisions)
             .filter(|(_, d)| !matches!(d, LeaseDecision::Acquired))
             .map(|((j, _, _), _)| j.id)
             .collect();
@@ -128,10 +139,16 @@ impl<'r> LeaseRounds<'r> {
         Ok(())
     }
 
-    /// The jobs that run, in the order they run.
-    pub(crate) fn jobs(mut self) -> Vec<Job> {
+    /// The jobs that run, in the order they run, and the keys whose jobs were set asleep (to
+    /// hand to [`keys::wake_free`] once the claim commits).
+    pub(crate) fn jobs(mut self) -> Claimed {
         self.out.sort_by_key(|j| (j.priority, j.run_at, j.id));
-        self.out
+        self.waited.sort();
+        self.waited.dedup();
+        Claimed {
+            jobs: self.out,
+            waited: self.waited,
+        }
     }
 }
 

@@ -283,17 +283,59 @@ static SLOTS: Sql = Sql::per_backend(
                  ORDER BY run_at DESC LIMIT 1) w",
 );
 
-// Slots taken: keys ($1), slots ($2) and jobs ($3) in the same order, all until $4.
-static TAKE_SLOTS: Sql = Sql::per_backend(
+// Free slots taken: keys ($1), slots ($2) and jobs ($3) in the same order (sorted by key, so two
+// claims inserting the same slots wait on each other in one order), all until $4. A slot another
+// claim took meanwhile is not: the job is not returned, and waits.
+static TAKE_FREE: Sql = Sql::per_backend(
     LEASES,
     "INSERT INTO onus_leases (key, slot, job_id, busy_until)
      SELECT k.value, s.value, j.value, u.v FROM json_each($1) k
         JOIN json_each($2) s ON s.key = k.key JOIN json_each($3) j ON j.key = k.key, (SELECT $4 AS v) u
-     WHERE true
-     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+     WHERE true ORDER BY k.key
+     ON CONFLICT (key, slot) DO NOTHING RETURNING job_id",
     "INSERT INTO onus_leases (key, slot, job_id, busy_until)
-     SELECT k, s, j, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(k, s, j)
-     ON CONFLICT (key, slot) DO UPDATE SET job_id = excluded.job_id, busy_until = excluded.busy_until",
+     SELECT k, s, j, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(k, s, j, o)
+     ORDER BY o
+     ON CONFLICT (key, slot) DO NOTHING RETURNING job_id",
+);
+
+// Slots taken that are stored already: the job's own (a job claimed again), or one whose lease ran
+// out (its holder died). Same lists as [`TAKE_FREE`], and `now` ($5).
+static TAKE_HELD: Sql = Sql::per_backend(
+    LEASES,
+    "UPDATE onus_leases SET job_id = t.job, busy_until = t.until
+     FROM (SELECT k.value AS key, s.value AS slot, j.value AS job, u.v AS until FROM json_each($1) k
+           JOIN json_each($2) s ON s.key = k.key JOIN json_each($3) j ON j.key = k.key, (SELECT $4 AS v) u) AS t
+     WHERE onus_leases.key = t.key AND onus_leases.slot = t.slot
+       AND (onus_leases.busy_until <= $5 OR onus_leases.job_id = t.job)
+     RETURNING onus_leases.job_id",
+    "UPDATE onus_leases l SET job_id = t.j, busy_until = $4
+     FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t(k, s, j)
+     WHERE l.key = t.k AND l.slot = t.s AND (l.busy_until <= $5 OR l.job_id = t.j)
+     RETURNING l.job_id",
+);
+
+// After a claim that set jobs waiting committed: each key of $1 with fewer live slots than its
+// slots ($2) and no waiter already woken wakes as many sleeping waiters as it has free slots. A
+// slot row a release is deleting is waited for (it locks the row), so a release that missed the
+// claim's waiters (they were not committed when it looked) is seen here once it commits.
+// (PostgreSQL only: on SQLite's one writer a release runs wholly before or after a claim, and
+// sees its waiters.)
+static WAKE_FREE: Sql = Sql::new(
+    JOBS,
+    "WITH k AS (SELECT key, slots FROM unnest($1::text[], $2::bigint[]) AS u(key, slots)),
+     live AS (SELECT l.key FROM onus_leases l JOIN k ON l.key = k.key WHERE l.busy_until > $3
+              FOR KEY SHARE OF l),
+     f AS (SELECT k.key, k.slots - (SELECT count(*) FROM live WHERE live.key = k.key)
+                 - (SELECT count(*) FROM onus_jobs d WHERE d.lease_key = k.key AND d.state = 'snoozed'
+                      AND d.lease_wait AND d.run_at <= $3) AS free FROM k),
+     woken AS (
+        UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $3)
+        FROM f, LATERAL (SELECT w.id FROM onus_jobs w
+                         WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $3
+                         ORDER BY w.run_at, w.id LIMIT GREATEST(f.free, 0) FOR UPDATE SKIP LOCKED) w
+        WHERE j.id = w.id RETURNING j.queue)
+     SELECT pg_notify('onus_jobs', q) FROM (SELECT DISTINCT queue AS q FROM woken) n",
 );
 
 // Claimed jobs that wait instead: ids ($1), states ($2: `snoozed` behind a busy key, `scheduled`
@@ -344,30 +386,157 @@ pub(crate) struct LeaseAsks<'a> {
     pub until: crate::Timestamp,
 }
 
+/// What a claim's lease keys decided: for each ask in order, and the keys (with their slots)
+/// whose jobs were set asleep, for [`wake_free`] once the claim commits.
+#[derive(Debug, Default)]
+pub(crate) struct Acquired {
+    pub decisions: Vec<crate::store::LeaseDecision>,
+    pub waited: Vec<(String, u32)>,
+}
+
 /// Takes a slot of its lease key for each job of `asks` in order, in the claim's transaction
-/// (see [`crate::Store::acquire_lease`]): under the keys' locks, one read of every key's slots,
-/// its pause and its last waiter; one write of the slots taken; one write of the jobs that wait
-/// instead, held until a pause ends or sleeping until a slot frees (a release wakes the longest
-/// waiter). The jobs' order is the claim's, so the longest due job of a key takes its slot.
-pub(crate) async fn acquire<T: Tx + ?Sized>(
-    tx: &T,
-    asks: LeaseAsks<'_>,
-) -> StoreResult<Vec<crate::store::LeaseDecision>> {
+/// (see [`crate::Store::acquire_lease`]), without waiting for any key's lock: one read of every
+/// key's slots, its pause and its last waiter; the free slots taken by inserting their rows, so
+/// of two claims taking one slot only one gets it; one write of the jobs that wait instead, held
+/// until a pause ends or asleep until a slot frees. A release wakes the longest waiter; one that
+/// looked before this claim committed is caught by [`wake_free`], which the caller runs after
+/// the commit. A paused key is read again under its lock, so a resume never misses the jobs this
+/// claim holds. The jobs' order is the claim's, so the longest due job of a key takes its slot.
+pub(crate) async fn acquire<T: Tx + ?Sized>(tx: &T, asks: LeaseAsks<'_>) -> StoreResult<Acquired> {
     use crate::sql::Value;
     use crate::store::LeaseDecision;
-    use std::collections::HashMap;
-    let keys: Vec<&str> = asks.jobs.iter().map(|(_, k, _)| *k).collect();
-    if keys.is_empty() {
-        return Ok(Vec::new());
+    use std::collections::{HashMap, HashSet};
+    if asks.jobs.is_empty() {
+        return Ok(Acquired::default());
     }
-    lock_keys(tx, &keys).await?;
-    let mut unique = keys.clone();
-    unique.sort_unstable();
-    unique.dedup();
+    let mut keys: Vec<&str> = asks.jobs.iter().map(|(_, k, _)| *k).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut state = read_keys(tx, &keys, asks.now).await?;
+    let paused: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| state.get(*k).is_some_and(|s| s.paused.is_some()))
+        .collect();
+    if !paused.is_empty() {
+        // Under the paused keys' locks, as a resume takes them: read again, so a resume either
+        // committed before (no pause) or waits and sees the jobs held here.
+        lock_keys(tx, &paused).await?;
+        let again = read_keys(tx, &paused, asks.now).await?;
+        for k in &paused {
+            state.insert((*k).to_string(), again.get(*k).cloned().unwrap_or_default());
+        }
+    }
+    let mut out = Vec::with_capacity(asks.jobs.len());
+    // Slots to insert, and slots stored already (the job's own, or run out): key, slot, job.
+    let mut free: Vec<(&str, i64, JobId)> = Vec::new();
+    let mut held: Vec<(&str, i64, JobId)> = Vec::new();
+    for &(job, key, slots) in asks.jobs {
+        let k = state.entry(key.to_string()).or_default();
+        let stored = k.held.clone();
+        let decision = k.decide(job.id, slots.max(1), asks.now, asks.until);
+        if decision == LeaseDecision::Acquired {
+            let slot = k.held.last().map_or(0, |h| h.0);
+            if stored.iter().any(|(s, _, _)| *s == slot) {
+                held.push((key, i64::from(slot), job.id));
+            } else {
+                free.push((key, i64::from(slot), job.id));
+            }
+        }
+        out.push(decision);
+    }
+    free.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut taken: HashSet<JobId> = HashSet::new();
+    for (sql, rows, extra) in [
+        (&TAKE_FREE, &free, None),
+        (&TAKE_HELD, &held, Some(asks.now)),
+    ] {
+        if rows.is_empty() {
+            continue;
+        }
+        let mut p = vec![
+            Value::list(rows.iter().map(|r| r.0)),
+            Value::list(rows.iter().map(|r| r.1)),
+            Value::list(rows.iter().map(|r| r.2)),
+            asks.until.into(),
+        ];
+        p.extend(extra.map(Value::from));
+        for r in tx.query(sql, &p).await? {
+            taken.insert(r.get("job_id")?);
+        }
+    }
+    // A slot another claim took meanwhile: the job waits for that holder's lease.
+    let mut wait: (Vec<JobId>, Vec<&str>, Vec<Timestamp>) = Default::default();
+    let mut waited: HashMap<&str, u32> = HashMap::new();
+    for (d, &(job, key, slots)) in out.iter_mut().zip(asks.jobs) {
+        if *d == LeaseDecision::Acquired && !taken.contains(&job.id) {
+            *d = LeaseDecision::Busy(asks.until);
+        }
+        let (state, at) = match *d {
+            LeaseDecision::Acquired => continue,
+            LeaseDecision::Busy(at) => {
+                waited.insert(key, slots.max(1));
+                ("snoozed", at)
+            }
+            LeaseDecision::Paused(at) => ("scheduled", at),
+        };
+        wait.0.push(job.id);
+        wait.1.push(state);
+        wait.2.push(at);
+    }
+    if !wait.0.is_empty() {
+        let p = [
+            Value::list(wait.0),
+            Value::list(wait.1),
+            Value::list(wait.2),
+            asks.owner.into(),
+        ];
+        tx.execute(&WAIT, &p).await?;
+    }
+    let mut waited: Vec<(String, u32)> = waited
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+    waited.sort();
+    Ok(Acquired {
+        decisions: out,
+        waited,
+    })
+}
+
+/// Wakes, for each key of `keys` (with its slots) that has a free slot and no waiter woken
+/// already, its longest sleeping waiters: run in its own transaction after a claim that set jobs
+/// of these keys asleep committed (see [`acquire`]).
+pub(crate) async fn wake_free<T: Tx + ?Sized>(
+    tx: &T,
+    keys: &[(String, u32)],
+    now: Timestamp,
+) -> StoreResult<()> {
+    use crate::sql::Value;
+    if keys.is_empty() || tx.backend() == crate::sql::Backend::Sqlite {
+        return Ok(());
+    }
+    let p = [
+        Value::list(keys.iter().map(|(k, _)| k.as_str())),
+        Value::list(keys.iter().map(|(_, n)| i64::from(*n))),
+        now.into(),
+    ];
+    tx.query(&WAKE_FREE, &p).await.map(drop)
+}
+
+/// Every key of `keys` as stored at `now`: its slots, its pause in force, its last waiter.
+async fn read_keys<T: Tx + ?Sized>(
+    tx: &T,
+    keys: &[&str],
+    now: Timestamp,
+) -> StoreResult<std::collections::HashMap<String, KeyState>> {
     let rows = tx
-        .query(&SLOTS, &[Value::list(unique), asks.now.into()])
+        .query(
+            &SLOTS,
+            &[crate::sql::Value::list(keys.iter().copied()), now.into()],
+        )
         .await?;
-    let mut state: HashMap<String, KeyState> = HashMap::new();
+    let mut state: std::collections::HashMap<String, KeyState> = Default::default();
     for r in &rows {
         let key: String = r.get("key")?;
         let slot: i64 = r.get("slot")?;
@@ -379,57 +548,14 @@ pub(crate) async fn acquire<T: Tx + ?Sized>(
             s => k.held.push((s as u32, r.get("job_id")?, at)),
         }
     }
-    let mut out = Vec::with_capacity(asks.jobs.len());
-    let mut take: (Vec<&str>, Vec<i64>, Vec<JobId>) = Default::default();
-    let mut wait: (Vec<JobId>, Vec<&str>, Vec<Timestamp>) = Default::default();
-    for &(job, key, slots) in asks.jobs {
-        let k = state.entry(key.to_string()).or_default();
-        let decision = k.decide(job.id, slots.max(1), asks.now, asks.until);
-        match decision {
-            LeaseDecision::Acquired => {
-                let slot = k.held.last().map_or(0, |h| h.0);
-                take.0.push(key);
-                take.1.push(i64::from(slot));
-                take.2.push(job.id);
-            }
-            LeaseDecision::Busy(at) | LeaseDecision::Paused(at) => {
-                wait.0.push(job.id);
-                wait.1.push(if matches!(decision, LeaseDecision::Busy(_)) {
-                    "snoozed"
-                } else {
-                    "scheduled"
-                });
-                wait.2.push(at);
-            }
-        }
-        out.push(decision);
-    }
-    if !take.0.is_empty() {
-        let p = [
-            Value::list(take.0),
-            Value::list(take.1),
-            Value::list(take.2),
-            asks.until.into(),
-        ];
-        tx.execute(&TAKE_SLOTS, &p).await?;
-    }
-    if !wait.0.is_empty() {
-        let p = [
-            Value::list(wait.0),
-            Value::list(wait.1),
-            Value::list(wait.2),
-            asks.owner.into(),
-        ];
-        tx.execute(&WAIT, &p).await?;
-    }
-    Ok(out)
+    Ok(state)
 }
 
 /// A slot of a lease key as stored: the slot, the job holding it, and until when.
 pub(crate) type SlotRow = (u32, crate::JobId, crate::Timestamp);
 
 /// One lease key as a claim's asks find it and change it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct KeyState {
     /// The slots held (a slot taken by an earlier ask of the same claim last).
     held: Vec<SlotRow>,

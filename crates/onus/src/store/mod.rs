@@ -204,7 +204,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         until: Timestamp,
     ) -> StoreResult<LeaseDecision> {
         let (key, job, owner) = (key.to_string(), job.clone(), owner.to_string());
-        let decided = flow!(self, write, |tx| keys::acquire(
+        let acquired = flow!(self, write, |tx| keys::acquire(
             tx,
             keys::LeaseAsks {
                 jobs: &[(&job, key.as_str(), slots)],
@@ -213,7 +213,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
                 until
             }
         ))?;
-        Ok(decided.first().copied().unwrap_or(LeaseDecision::Acquired))
+        let waited = acquired.waited;
+        flow!(self, write, |tx| keys::wake_free(tx, &waited, now))?;
+        Ok(acquired
+            .decisions
+            .first()
+            .copied()
+            .unwrap_or(LeaseDecision::Acquired))
     }
 
     /// Until when lease `key` is held (the latest slot), if it is held at all.

@@ -550,22 +550,29 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        if req.caps.iter().any(|(k, _)| req.kinds.contains(k)) {
+        let claimed = if req.caps.iter().any(|(k, _)| req.kinds.contains(k)) {
             let (plain, capped) = (&*CLAIM_FROM_START, &*CLAIM_CAPPED);
-            return self
-                .write(async |tx| claim::claim(tx, &req, plain, capped).await)
-                .await;
+            self.write(async |tx| claim::claim(tx, &req, plain, capped).await)
+                .await?
+        } else {
+            let cursors = &self.cursors;
+            self.write(async |tx| {
+                let mut rounds = claim::LeaseRounds::new(&req);
+                while let Some(r) = rounds.next() {
+                    let got = claim_from_cursor(tx, cursors, r).await?;
+                    rounds.took(tx, got).await?;
+                }
+                Ok(rounds.jobs())
+            })
+            .await?
+        };
+        if !claimed.waited.is_empty() {
+            // Once the claim committed: a release that looked for waiters before it did.
+            let waited = &claimed.waited;
+            self.read(async |tx| keys::wake_free(tx, waited, req.now).await)
+                .await?;
         }
-        let cursors = &self.cursors;
-        self.write(async |tx| {
-            let mut rounds = claim::LeaseRounds::new(&req);
-            while let Some(r) = rounds.next() {
-                let got = claim_from_cursor(tx, cursors, r).await?;
-                rounds.took(tx, got).await?;
-            }
-            Ok(rounds.jobs())
-        })
-        .await
+        Ok(claimed.jobs)
     }
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {

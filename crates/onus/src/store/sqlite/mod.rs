@@ -700,12 +700,14 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        flow!(self, write, |tx| claim::claim(
+        // One writer: a release runs wholly before or after this claim and sees its waiters.
+        let claimed = flow!(self, write, |tx| claim::claim(
             tx,
             &req,
             &CLAIM,
             &CLAIM_CAPPED
-        ))
+        ))?;
+        Ok(claimed.jobs)
     }
 
     async fn heartbeat(
