@@ -99,9 +99,9 @@ static FREE_SLOT: Sql = Sql::new(
 
 // The job that has waited longest for this key and still sleeps (one woken earlier and not yet
 // claimed is passed over: this release frees another slot); only jobs waiting for the lease. On
-// PostgreSQL a waiter some claim has locked is passed over too: a claim holds its rows while it
-// waits for the keys' locks, and a release holds the key's lock. It
-// wakes due since its creation, not since now: it was claimed before the jobs still waiting in
+// PostgreSQL a waiter some other transaction has locked is passed over too, and the waiters are
+// taken in their index's order (run_at alone: ordering by id as well sorted every waiter of the
+// key on each release; a claim spaces one key's waiters apart). It wakes due since its creation, not since now: it was claimed before the jobs still waiting in
 // the queue, and a claim takes the longest due first, so it runs before later jobs of the same
 // key take the slot and send it back to sleep.
 static WAKE_WAITER: Sql = Sql::per_backend(
@@ -113,7 +113,7 @@ static WAKE_WAITER: Sql = Sql::per_backend(
     "WITH w AS (
         SELECT id FROM onus_jobs WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait AND id != $3
           AND run_at > $1
-        ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+        ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED
      ), woken AS (
         UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1) FROM w WHERE j.id = w.id RETURNING j.queue
      )
@@ -333,7 +333,7 @@ static WAKE_FREE: Sql = Sql::new(
         UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $3)
         FROM f, LATERAL (SELECT w.id FROM onus_jobs w
                          WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $3
-                         ORDER BY w.run_at, w.id LIMIT GREATEST(f.free, 0) FOR UPDATE SKIP LOCKED) w
+                         ORDER BY w.run_at LIMIT GREATEST(f.free, 0) FOR UPDATE SKIP LOCKED) w
         WHERE j.id = w.id RETURNING j.queue)
      SELECT pg_notify('onus_jobs', q) FROM (SELECT DISTINCT queue AS q FROM woken) n",
 );
@@ -370,6 +370,13 @@ pub(crate) async fn lock_keys<T: Tx + ?Sized>(tx: &T, keys: &[&str]) -> StoreRes
         .map(drop)
 }
 
+// The keys of $1 whose locks were free, now taken until the transaction ends; none waited for.
+static TRY_LOCK_KEYS: Sql = Sql::new(
+    JOBS,
+    "SELECT k FROM unnest($1::text[]) AS k
+     WHERE pg_try_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0))",
+);
+
 static LOCK_KEYS: Sql = Sql::new(
     JOBS,
     "SELECT pg_advisory_xact_lock(hashtextextended('onus.lease:' || k, 0)) FROM unnest($1::text[]) AS k",
@@ -396,9 +403,10 @@ pub(crate) struct Acquired {
 
 /// Takes a slot of its lease key for each job of `asks` in order, in the claim's transaction
 /// (see [`crate::Store::acquire_lease`]), without waiting for any key's lock: one read of every
-/// key's slots, its pause and its last waiter; the free slots taken by inserting their rows, so
-/// of two claims taking one slot only one gets it; one write of the jobs that wait instead, held
-/// until a pause ends or asleep until a slot frees. A release wakes the longest waiter; one that
+/// key's slots, its pause and its last waiter; the locks of the keys with a slot to take, each
+/// only if free (a key whose lock is held is being taken or given back: its jobs wait); the free
+/// slots taken by inserting their rows, so of two claims taking one slot only one gets it; one
+/// write of the jobs that wait instead, held until a pause ends or asleep until a slot frees. A release wakes the longest waiter; one that
 /// looked before this claim committed is caught by [`wake_free`], which the caller runs after
 /// the commit. A paused key is read again under its lock, so a resume never misses the jobs this
 /// claim holds. The jobs' order is the claim's, so the longest due job of a key takes its slot.
@@ -445,6 +453,23 @@ pub(crate) async fn acquire<T: Tx + ?Sized>(tx: &T, asks: LeaseAsks<'_>) -> Stor
         }
         out.push(decision);
     }
+    // A key whose lock another transaction holds (a claim taking its slot, a release giving it
+    // back) is not waited for: its jobs here wait asleep instead.
+    let mut wanted: Vec<&str> = free.iter().chain(&held).map(|r| r.0).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let locked: HashSet<String> = match tx.backend() {
+        crate::sql::Backend::Sqlite => wanted.iter().map(|k| k.to_string()).collect(),
+        crate::sql::Backend::Postgres if wanted.is_empty() => HashSet::new(),
+        crate::sql::Backend::Postgres => tx
+            .query(&TRY_LOCK_KEYS, &[Value::list(wanted.iter().copied())])
+            .await?
+            .iter()
+            .map(|r| r.get::<String>("k"))
+            .collect::<StoreResult<_>>()?,
+    };
+    free.retain(|r| locked.contains(r.0));
+    held.retain(|r| locked.contains(r.0));
     free.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let mut taken: HashSet<JobId> = HashSet::new();
     for (sql, rows, extra) in [
@@ -465,7 +490,8 @@ pub(crate) async fn acquire<T: Tx + ?Sized>(tx: &T, asks: LeaseAsks<'_>) -> Stor
             taken.insert(r.get("job_id")?);
         }
     }
-    // A slot another claim took meanwhile: the job waits for that holder's lease.
+    // A key another transaction held, or a slot another claim took meanwhile: the job waits for
+    // that holder's lease (or its release, or [`wake_free`]).
     let mut wait: (Vec<JobId>, Vec<&str>, Vec<Timestamp>) = Default::default();
     let mut waited: HashMap<&str, u32> = HashMap::new();
     for (d, &(job, key, slots)) in out.iter_mut().zip(asks.jobs) {

@@ -878,7 +878,7 @@ pub(crate) async fn finish_batch(
                     FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
                          LATERAL (SELECT w.id FROM onus_jobs w
                                   WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
-                                  ORDER BY w.run_at, w.id LIMIT f.n FOR UPDATE SKIP LOCKED) w
+                                  ORDER BY w.run_at LIMIT f.n FOR UPDATE SKIP LOCKED) w
                     WHERE j.id = w.id
                     RETURNING j.queue
                  )
