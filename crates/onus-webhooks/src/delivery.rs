@@ -36,7 +36,7 @@ impl Webhooks {
         args: &DeliverArgs,
         now: Timestamp,
     ) -> Result<Prepared, JobError> {
-        let Some(endpoint) = self.endpoint_opt(&args.endpoint_id).await? else {
+        let Some(endpoint) = self.endpoint_row(&args.endpoint_id).await? else {
             return Err(JobError::discard(format!(
                 "endpoint {} is gone",
                 args.endpoint_id
@@ -109,13 +109,18 @@ impl Webhooks {
         let refused = sent.blocked.is_some();
         if success {
             // The attempt's record, the endpoint's health and the job's completion (its lease
-            // key let go of, the key's next delivery woken) in one commit.
+            // key let go of, the key's next delivery woken) in one commit. An endpoint that was
+            // not failing when this delivery read it is left as it is: only its own deliveries
+            // mark it failing, one at a time under its lease key.
             let (a, e) = (attempt.clone(), ep.clone());
+            let failing = p.endpoint.failing_since.is_some();
             let done = ctx
                 .complete_with(move |tx| {
                     Box::pin(async move {
                         sql::insert_attempt(tx, &a).await?;
-                        sql::mark_healthy(tx, &e).await?;
+                        if failing {
+                            sql::mark_healthy(tx, &e).await?;
+                        }
                         Ok::<_, Error>(())
                     })
                 })

@@ -69,12 +69,7 @@ impl Webhooks {
     }
 
     pub(crate) async fn endpoint_opt(&self, id: &EndpointId) -> Result<Option<Endpoint>, Error> {
-        let mut rows: Vec<Endpoint> = self
-            .inner
-            .db
-            .read_rows(&sql::ENDPOINT, vec![id.into()])
-            .await?;
-        let Some(mut ep) = rows.pop() else {
+        let Some(mut ep) = self.endpoint_row(id).await? else {
             return Ok(None);
         };
         ep.busy_until = self
@@ -84,6 +79,16 @@ impl Webhooks {
             .lease_busy_until(&lease_key(&ep.id))
             .await?;
         Ok(Some(ep))
+    }
+
+    /// One endpoint as stored, without when its lease key is held (a delivery, which holds it).
+    pub(crate) async fn endpoint_row(&self, id: &EndpointId) -> Result<Option<Endpoint>, Error> {
+        let mut rows: Vec<Endpoint> = self
+            .inner
+            .db
+            .read_rows(&sql::ENDPOINT, vec![id.into()])
+            .await?;
+        Ok(rows.pop())
     }
 
     /// Every endpoint.
