@@ -1,10 +1,11 @@
 //! Lease keys and their pauses, written once for both backends over [`Tx`]: a key paused until a
-//! time (its waiting jobs held), resumed, listed; a lease slot given back, waking the job that has
-//! waited longest for it.
+//! time (its waiting jobs held), resumed, listed; the slots a claim takes for its jobs
+//! ([`acquire`]); a lease slot given back, waking the job that has waited longest for it.
 //!
-//! A key's writes take the key's lock first ([`lock_key`]: an advisory lock on PostgreSQL,
-//! nothing on SQLite's one writer), so a pause, a resume, a lease taken and a lease given back
-//! never interleave.
+//! A pause, a resume and a release take the key's lock first ([`lock_key`]: an advisory lock on
+//! PostgreSQL, nothing on SQLite's one writer), so they never interleave. A claim takes a key's
+//! lock only if it is free and otherwise treats the key as busy, so a claim never waits; what that
+//! could miss (a release that looked for waiters before the claim committed) [`wake_free`] catches.
 
 use crate::clock::Timestamp;
 use crate::job::JobId;

@@ -351,7 +351,9 @@ pub struct CancelOutcome {
 pub enum LeaseDecision {
     /// The job holds a slot until the given time.
     Acquired,
-    /// Every slot is held: the job was snoozed until this time at the latest.
+    /// Every slot is held (or being taken or given back elsewhere): the job was set asleep
+    /// (`snoozed`, its attempt given back, nothing in its history) until this time at the latest;
+    /// a release wakes it sooner.
     Busy(Timestamp),
     /// The key is paused: the job was held (attempt given back, nothing in its history) until
     /// the pause ends at this time.
