@@ -1,5 +1,5 @@
-//! One attempt: admission (retry budget, rate window; the claim took its lease key), the handler under its kind's
-//! timeout and the job's cancellation, and its outcome queued for the finisher.
+//! One attempt: admission (retry budget, rate window; the claim took its lease key), the handler
+//! under its kind's timeout and the job's cancellation, and its outcome queued for the finisher.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -54,7 +54,7 @@ pub(crate) async fn claim<T: Tx + ?Sized>(
         };
         rounds.took(tx, got).await?;
     }
-    Ok(rounds.jobs())
+    Ok(rounds.into_claimed())
 }
 
 /// A claim's jobs, and the keys whose jobs it set asleep.
@@ -141,7 +141,7 @@ impl<'r> LeaseRounds<'r> {
 
     /// The jobs that run, in the order they run, and the keys whose jobs were set asleep (to
     /// hand to [`keys::wake_free`] once the claim commits).
-    pub(crate) fn jobs(mut self) -> Claimed {
+    pub(crate) fn into_claimed(mut self) -> Claimed {
         self.out.sort_by_key(|j| (j.priority, j.run_at, j.id));
         self.waited.sort();
         self.waited.dedup();

@@ -102,9 +102,10 @@ static FREE_SLOT: Sql = Sql::new(
 // claimed is passed over: this release frees another slot); only jobs waiting for the lease. On
 // PostgreSQL a waiter some other transaction has locked is passed over too, and the waiters are
 // taken in their index's order (run_at alone: ordering by id as well sorted every waiter of the
-// key on each release; a claim spaces one key's waiters apart). It wakes due since its creation, not since now: it was claimed before the jobs still waiting in
-// the queue, and a claim takes the longest due first, so it runs before later jobs of the same
-// key take the slot and send it back to sleep.
+// key on each release; a claim spaces one key's waiters apart). It wakes due since its creation,
+// not since now: it was claimed before the jobs still waiting in the queue, and a claim takes the
+// longest due first, so it runs before later jobs of the same key take the slot and send it back
+// to sleep.
 static WAKE_WAITER: Sql = Sql::per_backend(
     JOBS,
     "UPDATE onus_jobs SET run_at = min(created_at, $1) WHERE id = (
@@ -284,9 +285,8 @@ static SLOTS: Sql = Sql::per_backend(
                  ORDER BY run_at DESC LIMIT 1) w",
 );
 
-// Free slots taken: keys ($1), slots ($2) and jobs ($3) in the same order (sorted by key, so two
-// claims inserting the same slots wait on each other in one order), all until $4. A slot another
-// claim took meanwhile is not: the job is not returned, and waits.
+// Free slots taken: keys ($1), slots ($2) and jobs ($3) in the same order (sorted by key), all
+// until $4. A slot another claim took meanwhile is not: the job is not returned, and waits.
 static TAKE_FREE: Sql = Sql::per_backend(
     LEASES,
     "INSERT INTO onus_leases (key, slot, job_id, busy_until)
@@ -407,9 +407,9 @@ pub(crate) struct Acquired {
 /// key's slots, its pause and its last waiter; the locks of the keys with a slot to take, each
 /// only if free (a key whose lock is held is being taken or given back: its jobs wait); the free
 /// slots taken by inserting their rows, so of two claims taking one slot only one gets it; one
-/// write of the jobs that wait instead, held until a pause ends or asleep until a slot frees. A release wakes the longest waiter; one that
-/// looked before this claim committed is caught by [`wake_free`], which the caller runs after
-/// the commit. A paused key is read again under its lock, so a resume never misses the jobs this
+/// write of the jobs that wait instead, held until a pause ends or asleep until a slot frees. A
+/// release wakes the longest waiter; one that looked before this claim committed is caught by
+/// [`wake_free`], which the caller runs after the commit. A paused key is read again under its lock, so a resume never misses the jobs this
 /// claim holds. The jobs' order is the claim's, so the longest due job of a key takes its slot.
 pub(crate) async fn acquire<T: Tx + ?Sized>(tx: &T, asks: LeaseAsks<'_>) -> StoreResult<Acquired> {
     use crate::sql::Value;
@@ -442,16 +442,18 @@ pub(crate) async fn acquire<T: Tx + ?Sized>(tx: &T, asks: LeaseAsks<'_>) -> Stor
     let mut held: Vec<(&str, i64, JobId)> = Vec::new();
     for &(job, key, slots) in asks.jobs {
         let k = state.entry(key.to_string()).or_default();
-        let stored = k.held.clone();
-        let decision = k.decide(job.id, slots.max(1), asks.now, asks.until);
-        if decision == LeaseDecision::Acquired {
-            let slot = k.held.last().map_or(0, |h| h.0);
-            if stored.iter().any(|(s, _, _)| *s == slot) {
-                held.push((key, i64::from(slot), job.id));
-            } else {
-                free.push((key, i64::from(slot), job.id));
+        let decision = match k.decide(job.id, slots.max(1), asks.now, asks.until) {
+            Decided::Take { slot, stored } => {
+                let row = (key, i64::from(slot), job.id);
+                if stored {
+                    held.push(row);
+                } else {
+                    free.push(row);
+                }
+                LeaseDecision::Acquired
             }
-        }
+            Decided::Wait(d) => d,
+        };
         out.push(decision);
     }
     // A key whose lock another transaction holds (a claim taking its slot, a release giving it
@@ -592,21 +594,23 @@ struct KeyState {
     last_waiter: Option<Timestamp>,
 }
 
+/// What a job gets of its key: a slot to take (`stored`: its row exists, the job's own or one
+/// run out), or a wait (busy or paused).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Decided {
+    Take { slot: u32, stored: bool },
+    Wait(crate::store::LeaseDecision),
+}
+
 impl KeyState {
     /// What job `job` gets of this key with `slots` slots at `now`: the slot it already holds,
     /// or the first free or expired one (recorded as held until `until`); held while the key is
     /// paused; else asleep until the earliest slot frees, or a slot's lease after the latest
     /// other waiter, so waiters whose holder died wake one by one.
-    fn decide(
-        &mut self,
-        job: JobId,
-        slots: u32,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> crate::store::LeaseDecision {
+    fn decide(&mut self, job: JobId, slots: u32, now: Timestamp, until: Timestamp) -> Decided {
         use crate::store::LeaseDecision;
         if let Some(end) = self.paused {
-            return LeaseDecision::Paused(end);
+            return Decided::Wait(LeaseDecision::Paused(end));
         }
         let free = self
             .held
@@ -621,10 +625,12 @@ impl KeyState {
                         .all(|(_, _, busy)| *busy <= now)
                 })
             });
-        if let Some(s) = free {
-            self.held.retain(|(hs, _, _)| *hs != s);
-            self.held.push((s, job, until));
-            return LeaseDecision::Acquired;
+        if let Some(slot) = free {
+            let before = self.held.len();
+            self.held.retain(|(hs, _, _)| *hs != slot);
+            let stored = self.held.len() < before;
+            self.held.push((slot, job, until));
+            return Decided::Take { slot, stored };
         }
         let free_at = self
             .held
@@ -636,7 +642,7 @@ impl KeyState {
         let spacing = (until - now).to_std().unwrap_or_default() / slots;
         let at = crate::limits::lease_waiter_wakes_at(free_at, self.last_waiter, spacing);
         self.last_waiter = Some(at);
-        LeaseDecision::Busy(at)
+        Decided::Wait(LeaseDecision::Busy(at))
     }
 }
 

@@ -214,7 +214,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
             }
         ))?;
         let waited = acquired.waited;
-        flow!(self, write, |tx| keys::wake_free(tx, &waited, now))?;
+        if !waited.is_empty() {
+            flow!(self, write, |tx| keys::wake_free(tx, &waited, now))?;
+        }
         Ok(acquired
             .decisions
             .first()

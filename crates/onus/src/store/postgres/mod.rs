@@ -562,7 +562,7 @@ impl Store for PostgresStore {
                     let got = claim_from_cursor(tx, cursors, r).await?;
                     rounds.took(tx, got).await?;
                 }
-                Ok(rounds.jobs())
+                Ok(rounds.into_claimed())
             })
             .await?
         };
