@@ -63,12 +63,16 @@ impl Webhooks {
         }
         let p = self.prepare_publish(new.clone())?;
         let id = p.event.id.clone();
+        // Publishes arriving together share a commit (each in its own savepoint).
         let fresh = self
             .inner
             .db
-            .tx({
+            .tx_shared({
                 let hooks = self.clone();
-                move |tx| Box::pin(async move { hooks.write_publish(tx, p).await })
+                move |tx| {
+                    let (hooks, p) = (hooks.clone(), p.clone());
+                    Box::pin(async move { hooks.write_publish(tx, p).await })
+                }
             })
             .await?;
         self.client()?.notify_inserted(onus::DEFAULT_QUEUE);

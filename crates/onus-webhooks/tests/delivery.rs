@@ -155,6 +155,7 @@ onus_testkit::both!(
     endless_retry_after_spends_attempts_after_five_snoozes,
     a_fanout_that_runs_again_delivers_nothing_twice,
     an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_publish,
+    concurrent_publishes_share_commits_and_a_conflicting_one_fails_alone,
     a_connection_failure_is_recorded_as_an_attempt,
     regression_a_2xx_with_a_nul_in_its_body_is_a_success,
     regression_oversized_or_nul_payloads_are_refused_and_secrets_never_debug_print,
@@ -1176,5 +1177,54 @@ async fn an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_pu
     endpoints.sort_unstable();
     endpoints.dedup();
     assert_eq!((d.len(), endpoints.len()), (65, 65), "every endpoint once");
+    w.stop().await;
+}
+
+/// Publishes sent together share commits (each in its own savepoint): every one is stored with
+/// its deliveries, and one that reuses another's id with a different payload is refused alone.
+async fn concurrent_publishes_share_commits_and_a_conflicting_one_fails_alone(backend: Backend) {
+    let sink = HttpSink::start(|_, _| Reply::status(200)).await;
+    let w = world(backend, WebhookConfig::default()).await;
+    let (ep, _) = w.endpoint(sink.url("/hook")).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..25 {
+        let hooks = w.hooks.clone();
+        // The last reuses the id of the sixth with another payload.
+        let (id, n) = if i == 24 { (5, 99) } else { (i, i) };
+        calls.spawn(async move {
+            let r = hooks
+                .publish("x", json!({ "n": n }), Some(format!("e-{id}")))
+                .await;
+            (i, r)
+        });
+    }
+    let mut refused = Vec::new();
+    while let Some(call) = calls.join_next().await {
+        let (i, r) = call.unwrap();
+        match r {
+            Ok(e) => assert_eq!(
+                e.id.to_string(),
+                format!("e-{}", if i == 24 { 5 } else { i })
+            ),
+            Err(onus_webhooks::Error::Conflict(msg)) => refused.push((i, msg)),
+            Err(e) => panic!("publish {i}: {e}"),
+        }
+    }
+    assert_eq!(
+        refused.len(),
+        1,
+        "only one of the two e-5 fails: {refused:?}"
+    );
+    assert!(refused[0].0 == 5 || refused[0].0 == 24, "{refused:?}");
+    for i in 0..24 {
+        let event = format!("e-{i}");
+        let d = w.deliveries(&event).await;
+        assert_eq!(d.len(), 1, "{event} has its delivery");
+        assert_eq!(d[0].args["endpoint_id"], ep.id.to_string());
+        let stored = w.hooks.event(&event).await.unwrap();
+        if i != 5 {
+            assert_eq!(stored.payload, json!({ "n": i }));
+        }
+    }
     w.stop().await;
 }

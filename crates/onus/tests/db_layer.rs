@@ -204,7 +204,62 @@ async fn an_operation_the_caller_gives_up_on_is_rolled_back(backend: Backend) {
     assert!(things.is_empty(), "{things:?}");
 }
 
+/// Operations sent together share a transaction (on PostgreSQL one commit for the lot), yet each
+/// stands alone: one that fails, by its own error or by the database refusing its row, undoes only
+/// its own writes and answers its own error, and the others commit.
+async fn shared_operations_commit_together_and_fail_alone(backend: Backend) {
+    let (_db, _, db) = world(backend).await;
+    db.tx(|tx| Box::pin(insert_thing(tx, 1))).await.unwrap();
+    static TXID: Sql = Sql::per_backend(
+        "onus_test_things",
+        "SELECT 0 AS txid",
+        "SELECT txid_current() AS txid",
+    );
+    let ops = (100..132).map(|id| {
+        db.tx_shared(move |tx| {
+            Box::pin(async move {
+                // id 113 repeats a stored id: the database refuses its row.
+                insert_thing(tx, if id == 113 { 1 } else { id }).await?;
+                if id % 10 == 7 {
+                    return Err(OpError::Refused);
+                }
+                let rows = tx.query(&TXID, &[]).await?;
+                Ok::<i64, OpError>(rows[0].get("txid")?)
+            })
+        })
+    });
+    let answers = futures_util::future::join_all(ops).await;
+    let mut txids = std::collections::BTreeSet::new();
+    for (id, answer) in (100..132).zip(&answers) {
+        match answer {
+            Ok(txid) => {
+                assert!(id != 113 && id % 10 != 7, "{id} should have failed");
+                txids.insert(*txid);
+            }
+            Err(OpError::Refused) => assert_eq!(id % 10, 7, "{id}"),
+            Err(OpError::Store(e)) => {
+                assert_eq!(id, 113, "{id}: {e}");
+                assert!(matches!(e, StoreError::Constraint(..)), "{e:?}");
+            }
+        }
+    }
+    let things: Vec<Thing> = db.read_rows(&ALL, vec![]).await.unwrap();
+    let want: Vec<i64> = std::iter::once(1)
+        .chain((100..132).filter(|id| *id != 113 && id % 10 != 7))
+        .collect();
+    assert_eq!(things.iter().map(|t| t.id).collect::<Vec<_>>(), want);
+    if backend == Backend::Postgres {
+        assert!(
+            txids.len() < want.len() - 1,
+            "{} operations committed in {} transactions: none shared",
+            want.len() - 1,
+            txids.len()
+        );
+    }
+}
+
 onus_testkit::both!(
+    shared_operations_commit_together_and_fail_alone,
     a_components_line_migrates_once_and_reports_its_version,
     rows_round_trip_in_the_backends_convention,
     a_component_write_commits_with_its_job_or_neither,

@@ -487,6 +487,11 @@ pub type LocalFuture<'t, T> = Pin<Box<dyn Future<Output = T> + 't>>;
 /// (roll back). The store's `Db::tx` builds these; a store runs them in its transactions.
 pub type TxFn = Box<dyn for<'t> FnOnce(&'t AnyTx<'t>) -> LocalFuture<'t, StoreResult<()>> + Send>;
 
+/// An operation that may share its transaction with other callers' ([`crate::store::Db::tx_shared`]):
+/// it can run again, alone, when it failed among others.
+pub type SharedTxFn =
+    Box<dyn for<'t> Fn(&'t AnyTx<'t>) -> LocalFuture<'t, StoreResult<()>> + Send + Sync>;
+
 /// The result of an operation on a [`SqliteTx`], from synchronous code: SQLite answers at once,
 /// so the operation completes on its first poll, without an async runtime. An operation that
 /// awaits anything else fails instead of blocking.

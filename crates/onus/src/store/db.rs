@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::sql::{AnyTx, FromRow, Line, LocalFuture, PgConn, PgTx, Sql, Tx, TxFn, Value};
+use crate::sql::{
+    AnyTx, FromRow, Line, LocalFuture, PgConn, PgTx, SharedTxFn, Sql, Tx, TxFn, Value,
+};
 use crate::store::{Finish, InsertRow, Inserted, Store, StoreError, StoreResult};
 
 /// The job store's operations inside an open transaction: on [`Db::tx`]'s, or on the caller's
@@ -71,6 +73,20 @@ impl Db {
         run_on(&*self.store, op, false).await
     }
 
+    /// Runs `op` as [`Db::tx`] does, in a transaction it may share with other callers' `op`s so
+    /// that they commit together (group commit): each runs in its own savepoint, so its error
+    /// undoes only its own writes, and it is answered only once the commit holding it is done.
+    /// `op` may run twice: when it fails among others, it runs again alone, so the error it
+    /// answers is its own and not a neighbour's.
+    pub async fn tx_shared<R, E, F>(&self, op: F) -> Result<R, E>
+    where
+        F: for<'t> Fn(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + Sync + 'static,
+        R: Send + 'static,
+        E: From<StoreError> + std::fmt::Display + Send + 'static,
+    {
+        shared(&*self.store, op).await
+    }
+
     /// Runs read-only `op` on a read connection (no transaction on PostgreSQL).
     pub async fn read<R, E, F>(&self, op: F) -> Result<R, E>
     where
@@ -117,34 +133,72 @@ where
     R: Send + 'static,
     E: From<StoreError> + std::fmt::Display + Send + 'static,
 {
-    type Slot<R, E> = Arc<Mutex<Option<Result<R, E>>>>;
-    let slot: Slot<R, E> = Arc::new(Mutex::new(None));
+    let slot = Slot::default();
     let out = slot.clone();
-    let f: TxFn = Box::new(move |tx| {
-        Box::pin(async move {
-            let r = op(tx).await;
-            // The store sees the operation's own error (SQLite names it to the other writes of
-            // a batch it ended); the caller gets the error itself from the slot.
-            let seen = match &r {
-                Err(e) => Err(StoreError::Query(e.to_string(), None)),
-                Ok(_) => Ok(()),
-            };
-            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            seen
-        })
-    });
+    let f: TxFn = Box::new(move |tx| Box::pin(async move { keep(&out, op(tx).await) }));
     let ran = if read_only {
         store.read_only(f).await
     } else {
         store.transaction(f).await
     };
-    let answer = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    answer(&slot, ran)
+}
+
+/// Where an operation the store runs leaves its own answer for its caller.
+struct Slot<R, E>(Arc<Mutex<Option<Result<R, E>>>>);
+
+impl<R, E> Default for Slot<R, E> {
+    fn default() -> Self {
+        Slot(Arc::new(Mutex::new(None)))
+    }
+}
+
+impl<R, E> Clone for Slot<R, E> {
+    fn clone(&self) -> Self {
+        Slot(self.0.clone())
+    }
+}
+
+/// Keeps an operation's answer (the last, when it ran again) and tells the store whether it
+/// failed: the store sees the error's text (SQLite names it to the other writes of a batch it
+/// ended); the caller gets the error itself from the slot.
+fn keep<R, E: std::fmt::Display>(slot: &Slot<R, E>, r: Result<R, E>) -> StoreResult<()> {
+    let seen = match &r {
+        Err(e) => Err(StoreError::Query(e.to_string(), None)),
+        Ok(_) => Ok(()),
+    };
+    *slot.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    seen
+}
+
+/// The caller's answer: the operation's own, once the store says its transaction committed.
+fn answer<R, E: From<StoreError>>(slot: &Slot<R, E>, ran: StoreResult<()>) -> Result<R, E> {
+    let answer = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
     match (answer, ran) {
         (Some(Err(e)), _) => Err(e),
         (Some(Ok(v)), Ok(())) => Ok(v),
         (_, Err(e)) => Err(e.into()),
         (None, Ok(())) => Err(StoreError::Query("the operation did not run".into(), None).into()),
     }
+}
+
+/// Runs `op` on `store` in a transaction it may share with other callers' (see [`Db::tx_shared`]).
+pub(crate) async fn shared<S, R, E, F>(store: &S, op: F) -> Result<R, E>
+where
+    S: Store + ?Sized,
+    F: for<'t> Fn(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + Sync + 'static,
+    R: Send + 'static,
+    E: From<StoreError> + std::fmt::Display + Send + 'static,
+{
+    let slot = Slot::default();
+    let out = slot.clone();
+    let f: SharedTxFn = Box::new(move |tx| {
+        let run = op(tx);
+        let out = out.clone();
+        Box::pin(async move { keep(&out, run.await) })
+    });
+    let ran = store.transaction_shared(f).await;
+    answer(&slot, ran)
 }
 
 /// Runs a flow in one transaction on `store`.

@@ -232,7 +232,8 @@ pub const CHILD_LEASE_SECS: i64 = 60;
 
 /// The body of the child processes the tests kill: `hold` holds 20 running jobs forever;
 /// `insert` inserts jobs one by one and prints each id once the insert is confirmed;
-/// `insert_concurrently` does so from 16 tasks at once (inserts that share commits).
+/// `insert_concurrently` does so from 16 tasks at once (inserts that share commits, every other
+/// one with a unique key).
 pub fn child_main(url: &str, mode: &str) {
     if let Some(tasks) = match mode {
         "insert" => Some(1),
@@ -250,7 +251,12 @@ pub fn child_main(url: &str, mode: &str) {
                 let (client, tx) = (client.clone(), tx.clone());
                 tokio::spawn(async move {
                     for i in 0.. {
-                        let job = NewJob::new("durable", json!({"t": t, "i": i}));
+                        let mut job = NewJob::new("durable", json!({"t": t, "i": i}));
+                        if tasks > 1 && i % 2 == 1 {
+                            // A unique key takes the other shared path: the insert flow in a
+                            // transaction shared with other callers', a savepoint each.
+                            job = job.unique_key(format!("{t}-{i}"));
+                        }
                         let id = crate::harness::insert_id(&client, job).await;
                         if tx.send(id).is_err() {
                             return;
@@ -387,8 +393,9 @@ pub async fn confirmed_inserts_survive_a_crash(env: Env) {
     confirmed_inserts_of(env, "insert").await;
 }
 
-/// Inserts from many tasks at once share commits (group commit): each is confirmed only once
-/// the commit holding it is done, so a crash loses none that was confirmed.
+/// Inserts from many tasks at once share commits (group commit), with unique keys or without:
+/// each is confirmed only once the commit holding it is done, so a crash loses none that was
+/// confirmed.
 pub async fn confirmed_concurrent_inserts_survive_a_crash(env: Env) {
     confirmed_inserts_of(env, "insert_concurrently").await;
 }

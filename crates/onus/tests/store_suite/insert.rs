@@ -117,7 +117,8 @@ pub(crate) async fn an_insert_claims_only_due_rows_of_unpaused_queues(backend: B
 /// Concurrent inserts (an API's single inserts) share commits, yet each caller gets exactly its
 /// own rows, claimed under its own claim if it made one, and a row the database refuses fails only
 /// its own insert: the others are written, and an insert holding the bad row writes none of its
-/// rows.
+/// rows. Inserts with unique keys share commits too: of two with the same key, one writes the row
+/// and the other gets it as its holder.
 pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row_fails_alone(
     backend: Backend,
 ) {
@@ -129,18 +130,22 @@ pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row
         "ALTER TABLE onus_jobs ADD CONSTRAINT poisoned_row CHECK (kind <> 'poison')"
     })
     .await;
+    let refused = |i: usize| i == 13 || i == 40 || i == 57;
     let mut calls = Vec::new();
     for i in 0..64 {
         let rows: Vec<InsertRow> = (0..1 + i % 3)
             .map(|k| InsertRow {
                 args: serde_json::json!({"i": i, "k": k}),
-                kind: if (i == 13 || i == 40) && k == i % 3 {
+                kind: if refused(i) && k == i % 3 {
                     "poison".into()
                 } else {
                     "a".into()
                 },
+                // From 48 on, each pair of inserts shares a unique key per row.
+                unique_key: (i >= 48).then(|| format!("u-{}-{k}", i / 2)),
                 ..w.row("a")
             })
+            .take(if i >= 48 { 1 } else { 3 })
             .collect();
         let store = w.store.clone();
         // Every fourth insert claims its first row for an owner of its own.
@@ -158,14 +163,24 @@ pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row
         }));
     }
     let mut written = 0;
+    let mut holders = std::collections::BTreeMap::new();
     for (i, call) in calls.into_iter().enumerate() {
         let got = call.await.unwrap();
-        if i == 13 || i == 40 {
+        if refused(i) {
             let e = got.expect_err("the insert holding the refused row fails");
             assert!(e.to_string().contains("poisoned"), "{e}");
             continue;
         }
         let got = got.unwrap();
+        if i >= 48 {
+            assert_eq!(got.len(), 1, "insert {i} gets its own row");
+            let ins = &got[0];
+            assert_eq!(ins.job, w.get(&ins.job).await, "insert {i} as stored");
+            let pair = holders.entry(i / 2).or_insert_with(Vec::new);
+            pair.push((ins.inserted, ins.job.id));
+            written += u64::from(ins.inserted);
+            continue;
+        }
         assert_eq!(got.len(), 1 + i % 3, "insert {i} gets its own rows");
         for (k, ins) in got.iter().enumerate() {
             assert!(ins.inserted);
@@ -184,6 +199,22 @@ pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row
             assert_eq!(ins.job, w.get(&ins.job).await, "insert {i} as stored");
             written += 1;
         }
+    }
+    for (pair, got) in holders {
+        if pair == 28 {
+            assert_eq!(got.len(), 1, "the other of the pair was refused");
+            assert!(got[0].0, "the key's only insert writes its row");
+            continue;
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got[0].1, got[1].1,
+            "pair {pair}: both get the key's one row"
+        );
+        assert!(
+            got[0].0 != got[1].0,
+            "pair {pair}: one of the two writes it"
+        );
     }
     let stored = w.store.count(&JobFilter::default()).await.unwrap();
     assert_eq!(stored, written, "nothing of a refused insert was written");

@@ -5,9 +5,11 @@
 //! the database refuses (a row breaking a rule of the schema) is written again one caller at a
 //! time, so only the caller whose part is bad gets the error.
 //!
-//! Two writes go through it: inserts of rows without a unique key ([`Inserts`]) and finished
-//! attempts ([`Finishes`]). SQLite needs none of this: its single writer already commits whatever
-//! queued up together.
+//! Three writes go through it: inserts of rows without a unique key ([`Inserts`]), finished
+//! attempts ([`Finishes`]), and operations written over a transaction that callers ask to share a
+//! commit ([`Ops`]: an event's publish, inserts with unique keys), each in its own savepoint. SQLite
+//! needs none of this: its single writer already commits whatever queued up together, each write
+//! in its own savepoint.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,8 +17,8 @@ use std::sync::Arc;
 use deadpool_postgres::{Object, Pool};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::{claims_of, finish_batch, insert_bulk, pool_err};
-use crate::sql::PgConn;
+use super::{claims_of, finish_batch, insert_bulk, off_task, pg_error, pool_err};
+use crate::sql::{AnyTx, PgConn, PgTx, SharedTxFn};
 use crate::store::{Finish, InsertClaim, InsertRow, Inserted, StoreError, StoreResult};
 
 /// Writers working at once: while one transaction commits, the next batch gathers and another
@@ -29,7 +31,27 @@ pub(super) const ALONE_FROM: usize = 64;
 /// At most this many rows in one transaction.
 const MAX_ROWS: usize = 4096;
 
-/// A write that callers' parts can share.
+/// At most this many operations share one transaction: each has a savepoint, and PostgreSQL keeps
+/// up to 64 of a transaction's subtransactions in shared memory before every snapshot has to look
+/// them up on disk.
+const MAX_OPS: usize = 48;
+
+/// What callers' parts share: a batch of them and how it is written.
+pub(super) trait Batch: Send + Sync + Sized + 'static {
+    /// One caller's part.
+    type Part: Send + Sync + 'static;
+    /// One caller's answer.
+    type Out: Send + 'static;
+    /// At most this many rows in one batch.
+    const MAX: usize;
+    /// The rows a part writes.
+    fn rows(part: &Self::Part) -> usize;
+    /// Writes `batch` and answers each caller.
+    fn run(pool: &Pool, batch: Vec<Pending<Self>>) -> impl Future<Output = ()> + Send;
+}
+
+/// A write of rows that callers' parts can share, written again one caller at a time when the
+/// database refuses the batch.
 pub(super) trait Write: Send + Sync + 'static {
     /// One caller's part.
     type Part: Send + Sync + 'static;
@@ -44,24 +66,38 @@ pub(super) trait Write: Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<Vec<Self::Out>>> + Send + 'a;
 }
 
+impl<W: Write> Batch for W {
+    type Part = W::Part;
+    type Out = W::Out;
+    const MAX: usize = MAX_ROWS;
+
+    fn rows(part: &Self::Part) -> usize {
+        W::rows(part)
+    }
+
+    fn run(pool: &Pool, batch: Vec<Pending<Self>>) -> impl Future<Output = ()> + Send {
+        write::<W>(pool, batch)
+    }
+}
+
 /// One caller's part, waiting for its commit.
-struct Pending<W: Write> {
+pub(super) struct Pending<W: Batch> {
     part: W::Part,
     answer: oneshot::Sender<StoreResult<W::Out>>,
 }
 
 /// The queue in front of a write's writers.
-pub(super) struct Group<W: Write> {
+pub(super) struct Group<W: Batch> {
     queue: mpsc::UnboundedSender<Pending<W>>,
 }
 
-impl<W: Write> std::fmt::Debug for Group<W> {
+impl<W: Batch> std::fmt::Debug for Group<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Group")
     }
 }
 
-impl<W: Write> Group<W> {
+impl<W: Batch> Group<W> {
     /// Starts the writers, which end when the queue is dropped.
     pub(super) fn start(pool: Pool) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
@@ -82,8 +118,8 @@ impl<W: Write> Group<W> {
     }
 }
 
-/// Takes whatever queued (up to [`MAX_ROWS`] rows) and writes it, until the queue closes.
-async fn writer<W: Write>(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending<W>>>>) {
+/// Takes whatever queued (up to [`Batch::MAX`] rows) and writes it, until the queue closes.
+async fn writer<W: Batch>(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending<W>>>>) {
     loop {
         let batch = {
             let mut rx = rx.lock().await;
@@ -92,7 +128,7 @@ async fn writer<W: Write>(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pend
             };
             let mut rows = W::rows(&first.part);
             let mut batch = vec![first];
-            while rows < MAX_ROWS {
+            while rows < W::MAX {
                 match rx.try_recv() {
                     Ok(p) => {
                         rows += W::rows(&p.part);
@@ -103,7 +139,7 @@ async fn writer<W: Write>(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pend
             }
             batch
         };
-        write::<W>(&pool, batch).await;
+        W::run(&pool, batch).await;
     }
 }
 
@@ -203,4 +239,133 @@ impl Write for Finishes {
             .map(|p| applied.by_ref().take(p.len()).collect())
             .collect())
     }
+}
+
+/// Operations written once over a transaction (a component's, the insert flow), which callers
+/// asked to share a commit: each runs in its own savepoint, so one that fails undoes only its own
+/// writes, and its caller hears only once the transaction holding its work committed. One that
+/// fails among others runs again alone (it may have failed because of its neighbours: a lock
+/// another batch held in the other order), so the error its caller gets is its own.
+pub(super) struct Ops;
+
+impl Batch for Ops {
+    type Part = SharedTxFn;
+    type Out = ();
+    const MAX: usize = MAX_OPS;
+
+    fn rows(_: &SharedTxFn) -> usize {
+        1
+    }
+
+    async fn run(pool: &Pool, batch: Vec<Pending<Self>>) {
+        let mut client = match pool.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                let e = pool_err(e);
+                for p in batch {
+                    let _ = p.answer.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        // The operations need not be `Send`: run them where they can be driven.
+        let _ = off_task(async move |_| {
+            let alone = if batch.len() > 1 {
+                shared(&mut client, batch).await
+            } else {
+                batch
+            };
+            for mut p in alone {
+                let r = run_alone(&mut client, &mut p).await;
+                let _ = p.answer.send(r);
+            }
+            Ok(())
+        })
+        .await;
+    }
+}
+
+/// Runs `batch` in one transaction, one savepoint each, and answers those that committed or
+/// could not; returns those to run again alone.
+async fn shared(client: &mut Object, batch: Vec<Pending<Ops>>) -> Vec<Pending<Ops>> {
+    let mut done = Vec::new();
+    let mut again = Vec::new();
+    let mut unrun = Vec::new();
+    let mut failed = None;
+    match client.transaction().await {
+        Err(e) => {
+            failed = Some(pg_error(e));
+            unrun = batch;
+        }
+        Ok(mut tx) => {
+            let mut pending = batch.into_iter();
+            while let Some(mut p) = pending.next() {
+                if p.answer.is_closed() {
+                    continue; // its caller gave up
+                }
+                match in_savepoint(&mut tx, &mut p).await {
+                    Ok(true) => done.push(p),
+                    Ok(false) => again.push(p),
+                    Err(e) => {
+                        failed = Some(e);
+                        unrun.push(p);
+                        unrun.extend(pending);
+                        break;
+                    }
+                }
+            }
+            if failed.is_none() {
+                failed = tx.commit().await.map_err(pg_error).err();
+            }
+        }
+    }
+    match failed {
+        None => {
+            for p in done {
+                let _ = p.answer.send(Ok(()));
+            }
+        }
+        // Nothing was written: run each again alone.
+        Some(e) if refused(&e) => again.extend(done.into_iter().chain(unrun)),
+        Some(e) => {
+            for p in done.into_iter().chain(unrun).chain(again.drain(..)) {
+                let _ = p.answer.send(Err(e.clone()));
+            }
+        }
+    }
+    again
+}
+
+/// Runs one operation of a shared transaction in its own savepoint: true when it succeeded,
+/// false when it failed and its writes were undone; an error when the transaction itself failed.
+async fn in_savepoint(
+    tx: &mut deadpool_postgres::Transaction<'_>,
+    p: &mut Pending<Ops>,
+) -> StoreResult<bool> {
+    let sp = tx.savepoint("onus_op").await.map_err(pg_error)?;
+    let r = {
+        let any = AnyTx::Postgres(PgTx::pooled(&sp));
+        tokio::select! {
+            r = (p.part)(&any) => r,
+            () = p.answer.closed() => Err(StoreError::Aborted),
+        }
+    };
+    match r {
+        Ok(()) => sp.commit().await.map(|()| true),
+        Err(_) => sp.rollback().await.map(|()| false),
+    }
+    .map_err(pg_error)
+}
+
+/// Runs one operation in its own transaction.
+async fn run_alone(client: &mut Object, p: &mut Pending<Ops>) -> StoreResult<()> {
+    let tx = client.transaction().await.map_err(pg_error)?;
+    {
+        let any = AnyTx::Postgres(PgTx::pooled(&tx));
+        tokio::select! {
+            r = (p.part)(&any) => r?,
+            () = p.answer.closed() => return Err(StoreError::Aborted),
+        }
+    }
+    tx.commit().await.map_err(pg_error)
 }

@@ -196,6 +196,7 @@ pub struct PostgresStore {
     cursors: Cursors,
     inserts: group::Group<group::Inserts>,
     finishes: group::Group<group::Finishes>,
+    ops: group::Group<group::Ops>,
 }
 
 /// The connection lease renewals use, apart from the pool: a busy pool never delays a renewal,
@@ -274,6 +275,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             inserts: group::Group::start(pool.clone()),
             finishes: group::Group::start(pool.clone()),
+            ops: group::Group::start(pool.clone()),
             pool,
             target,
             renewals: Renewals::default(),
@@ -375,7 +377,8 @@ impl PostgresStore {
 impl PostgresStore {
     /// Inserts `rows`, claiming as `claim` says: rows that carry no unique key in one statement
     /// outside any explicit transaction (a few rows by the group commit, sharing the statement
-    /// with other callers' inserts: see [`group`]), others by the insert flow in a transaction.
+    /// with other callers' inserts: see [`group`]), others by the insert flow in a transaction
+    /// shared with other callers' operations.
     async fn insert_with(
         &self,
         rows: Vec<InsertRow>,
@@ -391,8 +394,17 @@ impl PostgresStore {
             let claims = claims_of(&take, claim.as_ref());
             return insert_bulk(PgConn::PooledClient(&c), &rows, &claims, true).await;
         }
-        self.write(async |tx| insert::insert(tx, rows, claim.as_ref()).await)
-            .await
+        // Rows with unique keys go through the insert flow, sharing a transaction with other
+        // callers' (one savepoint each).
+        let rows = std::sync::Arc::new(rows);
+        let claim = std::sync::Arc::new(claim);
+        crate::store::db::shared(self, move |tx| {
+            let (rows, claim) = (rows.clone(), claim.clone());
+            Box::pin(
+                async move { insert::insert(tx, rows.to_vec(), claim.as_ref().as_ref()).await },
+            )
+        })
+        .await
     }
 }
 
@@ -518,6 +530,10 @@ impl Store for PostgresStore {
             tx.commit().await.map_err(pg_error)
         })
         .await
+    }
+
+    async fn transaction_shared(&self, op: crate::sql::SharedTxFn) -> StoreResult<()> {
+        self.ops.write(op).await
     }
 
     async fn read_only(&self, op: crate::sql::TxFn) -> StoreResult<()> {
