@@ -74,10 +74,11 @@ impl Db {
     }
 
     /// Runs `op` as [`Db::tx`] does, in a transaction it may share with other callers' `op`s so
-    /// that they commit together (group commit): each runs in its own savepoint, so its error
-    /// undoes only its own writes, and it is answered only once the commit holding it is done.
-    /// `op` may run twice: when it fails among others, it runs again alone, so the error it
-    /// answers is its own and not a neighbour's.
+    /// that they commit together (group commit), answered only once the commit holding it is
+    /// done. One that fails undoes only its own writes and answers its own error: on SQLite it
+    /// runs in its own savepoint; on PostgreSQL, when anything in a shared transaction fails, that
+    /// transaction is rolled back and each of its operations runs again alone. So `op` may run
+    /// more than once, and must do nothing but its database work.
     pub async fn tx_shared<R, E, F>(&self, op: F) -> Result<R, E>
     where
         F: for<'t> Fn(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + Sync + 'static,

@@ -79,9 +79,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// with job writes), on PostgreSQL on a pooled connection. Committed when it returns `Ok`.
     async fn transaction(&self, op: crate::sql::TxFn) -> StoreResult<()>;
 
-    /// Runs a component's operation in a transaction it may share with other callers' (each in
-    /// its own savepoint, answered once the shared commit is done). SQLite's single writer already
-    /// shares its transactions, so by default this is [`Store::transaction`].
+    /// Runs a component's operation in a transaction it may share with other callers' (answered
+    /// once the shared commit is done; see [`crate::store::Db::tx_shared`]). SQLite's single
+    /// writer already shares its transactions, so by default this is [`Store::transaction`].
     async fn transaction_shared(&self, op: crate::sql::SharedTxFn) -> StoreResult<()> {
         self.transaction(Box::new(move |tx| op(tx))).await
     }

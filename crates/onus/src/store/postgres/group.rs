@@ -7,9 +7,8 @@
 //!
 //! Three writes go through it: inserts of rows without a unique key ([`Inserts`]), finished
 //! attempts ([`Finishes`]), and operations written over a transaction that callers ask to share a
-//! commit ([`Ops`]: an event's publish, inserts with unique keys), each in its own savepoint. SQLite
-//! needs none of this: its single writer already commits whatever queued up together, each write
-//! in its own savepoint.
+//! commit ([`Ops`]: an event's publish, inserts with unique keys). SQLite needs none of this: its
+//! single writer already commits whatever queued up together, each write in its own savepoint.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,10 +30,8 @@ pub(super) const ALONE_FROM: usize = 64;
 /// At most this many rows in one transaction.
 const MAX_ROWS: usize = 4096;
 
-/// At most this many operations share one transaction: each has a savepoint, and PostgreSQL keeps
-/// up to 64 of a transaction's subtransactions in shared memory before every snapshot has to look
-/// them up on disk.
-const MAX_OPS: usize = 48;
+/// At most this many operations share one transaction.
+const MAX_OPS: usize = 64;
 
 /// What callers' parts share: a batch of them and how it is written.
 pub(super) trait Batch: Send + Sync + Sized + 'static {
@@ -242,10 +239,11 @@ impl Write for Finishes {
 }
 
 /// Operations written once over a transaction (a component's, the insert flow), which callers
-/// asked to share a commit: each runs in its own savepoint, so one that fails undoes only its own
-/// writes, and its caller hears only once the transaction holding its work committed. One that
-/// fails among others runs again alone (it may have failed because of its neighbours: a lock
-/// another batch held in the other order), so the error its caller gets is its own.
+/// asked to share a commit. A batch's operations run at once in one transaction, so their
+/// statements travel together on its connection; each caller hears only once that transaction
+/// committed. If any of them fails (its own error, a row the database refuses, a lock taken in the
+/// other order by another batch), the transaction is rolled back and each runs again alone, so
+/// the error a caller gets is its own and nothing of a failed operation is written.
 pub(super) struct Ops;
 
 impl Batch for Ops {
@@ -270,13 +268,17 @@ impl Batch for Ops {
         };
         // The operations need not be `Send`: run them where they can be driven.
         let _ = off_task(async move |_| {
-            let alone = if batch.len() > 1 {
-                shared(&mut client, batch).await
-            } else {
-                batch
+            let batch: Vec<_> = batch
+                .into_iter()
+                .filter(|p| !p.answer.is_closed())
+                .collect();
+            let alone = match batch.len() {
+                0 => return Ok(()),
+                1 => batch,
+                _ => shared(&mut client, batch).await,
             };
-            for mut p in alone {
-                let r = run_alone(&mut client, &mut p).await;
+            for p in alone {
+                let r = run_alone(&mut client, &p.part).await;
                 let _ = p.answer.send(r);
             }
             Ok(())
@@ -285,87 +287,52 @@ impl Batch for Ops {
     }
 }
 
-/// Runs `batch` in one transaction, one savepoint each, and answers those that committed or
-/// could not; returns those to run again alone.
+/// Runs `batch` at once in one transaction and answers every caller once it committed; returns
+/// the batch to run again one at a time when anything in it failed.
 async fn shared(client: &mut Object, batch: Vec<Pending<Ops>>) -> Vec<Pending<Ops>> {
-    let mut done = Vec::new();
-    let mut again = Vec::new();
-    let mut unrun = Vec::new();
-    let mut failed = None;
-    match client.transaction().await {
-        Err(e) => {
-            failed = Some(pg_error(e));
-            unrun = batch;
+    let ended = async {
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let all_ran = {
+            let any = AnyTx::Postgres(PgTx::pooled(&tx));
+            let runs = batch.iter().map(|p| (p.part)(&any));
+            futures_util::future::join_all(runs)
+                .await
+                .iter()
+                .all(Result::is_ok)
+        };
+        if !all_ran {
+            tx.rollback().await.map_err(pg_error)?;
+            return Ok(false);
         }
-        Ok(mut tx) => {
-            let mut pending = batch.into_iter();
-            while let Some(mut p) = pending.next() {
-                if p.answer.is_closed() {
-                    continue; // its caller gave up
-                }
-                match in_savepoint(&mut tx, &mut p).await {
-                    Ok(true) => done.push(p),
-                    Ok(false) => again.push(p),
-                    Err(e) => {
-                        failed = Some(e);
-                        unrun.push(p);
-                        unrun.extend(pending);
-                        break;
-                    }
-                }
-            }
-            if failed.is_none() {
-                failed = tx.commit().await.map_err(pg_error).err();
-            }
-        }
+        tx.commit().await.map_err(pg_error)?;
+        Ok(true)
     }
-    match failed {
-        None => {
-            for p in done {
+    .await;
+    match ended {
+        Ok(true) => {
+            for p in batch {
                 let _ = p.answer.send(Ok(()));
             }
+            Vec::new()
         }
-        // Nothing was written: run each again alone.
-        Some(e) if refused(&e) => again.extend(done.into_iter().chain(unrun)),
-        Some(e) => {
-            for p in done.into_iter().chain(unrun).chain(again.drain(..)) {
+        // Nothing was written.
+        Ok(false) => batch,
+        Err(e) if refused(&e) => batch,
+        Err(e) => {
+            for p in batch {
                 let _ = p.answer.send(Err(e.clone()));
             }
+            Vec::new()
         }
     }
-    again
-}
-
-/// Runs one operation of a shared transaction in its own savepoint: true when it succeeded,
-/// false when it failed and its writes were undone; an error when the transaction itself failed.
-async fn in_savepoint(
-    tx: &mut deadpool_postgres::Transaction<'_>,
-    p: &mut Pending<Ops>,
-) -> StoreResult<bool> {
-    let sp = tx.savepoint("onus_op").await.map_err(pg_error)?;
-    let r = {
-        let any = AnyTx::Postgres(PgTx::pooled(&sp));
-        tokio::select! {
-            r = (p.part)(&any) => r,
-            () = p.answer.closed() => Err(StoreError::Aborted),
-        }
-    };
-    match r {
-        Ok(()) => sp.commit().await.map(|()| true),
-        Err(_) => sp.rollback().await.map(|()| false),
-    }
-    .map_err(pg_error)
 }
 
 /// Runs one operation in its own transaction.
-async fn run_alone(client: &mut Object, p: &mut Pending<Ops>) -> StoreResult<()> {
+async fn run_alone(client: &mut Object, op: &SharedTxFn) -> StoreResult<()> {
     let tx = client.transaction().await.map_err(pg_error)?;
     {
         let any = AnyTx::Postgres(PgTx::pooled(&tx));
-        tokio::select! {
-            r = (p.part)(&any) => r?,
-            () = p.answer.closed() => return Err(StoreError::Aborted),
-        }
+        op(&any).await?;
     }
     tx.commit().await.map_err(pg_error)
 }
