@@ -76,6 +76,7 @@ onus_testkit::both!(
                 lease_key_allows_n_slots,
                 lease_keys_under_contention_lose_no_wakeup,
                 jobs_of_a_busy_key_wait_in_the_claim,
+                a_completion_hands_the_key_to_its_next_job_in_the_same_commit,
                 rate_window_snoozes_to_the_next_window,
                 rate_window_drops_on_purpose,
                 lease_slot_outlives_its_ttl_while_the_holder_runs,

@@ -15,7 +15,7 @@ use crate::outcome::Transition;
 use crate::outcome::{JobError, JobResult};
 use crate::policy::Policy;
 use crate::sql::{AnyTx, LocalFuture};
-use crate::store::{JobTx, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// A boxed handler future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = JobResult> + Send + 'static>>;
@@ -315,23 +315,66 @@ impl JobContext {
         R: Send + 'static,
         E: From<StoreError> + std::fmt::Display + Send + 'static,
     {
+        let shared = &self.client.shared;
         let finish = crate::store::Finish {
             result: self.kept_result(),
-            ..super::attempt::finish_of(&self.client.shared, &self.job, Transition::Complete)
+            ..super::attempt::finish_of(shared, &self.job, Transition::Complete)
         };
         let id = self.job.id;
-        let out = crate::store::Db::new(self.store.clone())
-            .tx(move |tx| {
-                Box::pin(async move {
-                    if !tx.finish_job(&finish).await? {
-                        return Err(E::from(StoreError::Conflict(format!(
-                            "job {id} is no longer this attempt's (its lease was lost): nothing was written"
-                        ))));
-                    }
-                    op(tx).await
+        // The lease slot this attempt holds goes to the key's next job of the same queue and
+        // kind, claimed for this process in the same commit, while the queue runs here (and this
+        // process's clock is within bounds of the database's, as for any claim of its own).
+        let door = self
+            .job
+            .lease_key
+            .as_ref()
+            .filter(|_| super::skew::Skew::within_bound(shared))
+            .and_then(|_| shared.intakes.get(&self.job.queue));
+        let to = door.as_ref().map(|_| {
+            let now = shared.clock.now();
+            crate::store::keys::HandTo {
+                owner: shared.owner.clone(),
+                queue: self.job.queue.clone(),
+                kind: self.job.kind.clone(),
+                lease_until: crate::clock::add(now, shared.options.lease_ttl),
+            }
+        });
+        let started = std::time::Instant::now();
+        let next: Arc<std::sync::Mutex<Option<Job>>> = Arc::default();
+        let handed = next.clone();
+        let (store, shared, queue) = (self.store.clone(), shared.clone(), self.job.queue.clone());
+        // The commit and the start of the job it handed the key to happen together, in a task of
+        // their own: the handler may be stopped once its job is completed (a renewal finds it no
+        // longer running), and the job handed on must not be left claimed with nobody to run it.
+        let commit = tokio::spawn(async move {
+            let out = crate::store::Db::new(store)
+                .tx(move |tx| {
+                    Box::pin(async move {
+                        match crate::store::finish::handing(tx, &finish, to.as_ref()).await? {
+                            None => {
+                                return Err(E::from(StoreError::Conflict(format!(
+                                    "job {id} is no longer this attempt's (its lease was lost): nothing was written"
+                                ))))
+                            }
+                            Some(next) => *handed.lock().unwrap_or_else(|e| e.into_inner()) = next,
+                        }
+                        op(tx).await
+                    })
                 })
-            })
-            .await?;
+                .await;
+            let next = next.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let (Ok(_), Some(door), Some(next)) = (&out, door, next) {
+                // It runs in the slot this attempt is about to give back.
+                door.deliver(&shared, &queue, vec![next], Vec::new(), started);
+            }
+            out
+        });
+        let out = commit.await.map_err(|e| {
+            E::from(StoreError::Query(
+                format!("the completion's transaction panicked: {e}"),
+                None,
+            ))
+        })??;
         self.completed.store(true, Ordering::SeqCst);
         Ok(out)
     }

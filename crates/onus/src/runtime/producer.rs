@@ -191,7 +191,9 @@ impl Intake {
     }
 
     /// Starts the jobs an insert claimed (`started`: when the insert began; their leases run from
-    /// then). Unused permits are released.
+    /// then). Unused permits are released. A job delivered without a permit (one a finished
+    /// attempt handed its lease slot to) waits only for a run slot: the attempt that handed it on
+    /// is about to give its own back.
     pub(crate) fn deliver(
         &self,
         shared: &Arc<Shared>,

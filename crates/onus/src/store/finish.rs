@@ -3,7 +3,7 @@
 //! PostgreSQL store also finishes plain batches in one statement (its engine file); everything
 //! else comes here.
 
-use crate::job::JobId;
+use crate::job::{Job, JobId};
 use crate::outcome::Transition;
 use crate::sql::{Backend, Sql, Tx, Value};
 use crate::store::{keys, Finish, PauseMode, StoreResult};
@@ -60,16 +60,38 @@ static LAST_RUN: Sql = Sql::new(
 /// Records `f` inside the caller's transaction, taking its lease key's lock first (writers of a
 /// key queue up on PostgreSQL): false when the attempt no longer holds the job.
 pub(crate) async fn locked<T: Tx + ?Sized>(tx: &T, f: &Finish) -> StoreResult<bool> {
+    Ok(handing(tx, f, None).await?.is_some())
+}
+
+/// [`locked`], handing the lease slot `f` gives back to the key's next job as `hand` says (see
+/// [`keys::release`]): `None` when the attempt no longer holds the job, else the job handed the
+/// slot, if any.
+pub(crate) async fn handing<T: Tx + ?Sized>(
+    tx: &T,
+    f: &Finish,
+    hand: Option<&keys::HandTo>,
+) -> StoreResult<Option<Option<Job>>> {
     if let Some(key) = &f.release_lease {
         keys::lock_key(tx, key).await?;
     }
-    one(tx, f, false).await
+    one_with(tx, f, false, hand).await
 }
 
 /// Records `f` (its lease key's lock already taken where it has one); `lease_wait` marks a
 /// snooze that waits for a busy lease key. False when the attempt no longer holds the job, or
 /// a rescue found its lease renewed.
 pub(crate) async fn one<T: Tx + ?Sized>(tx: &T, f: &Finish, lease_wait: bool) -> StoreResult<bool> {
+    Ok(one_with(tx, f, lease_wait, None).await?.is_some())
+}
+
+/// [`one`], handing the lease slot on as `hand` says: `None` when nothing was written, else the
+/// job handed the slot, if any.
+async fn one_with<T: Tx + ?Sized>(
+    tx: &T,
+    f: &Finish,
+    lease_wait: bool,
+    hand: Option<&keys::HandTo>,
+) -> StoreResult<Option<Option<Job>>> {
     let id = Value::Int(f.id);
     let held = tx
         .query(
@@ -78,14 +100,14 @@ pub(crate) async fn one<T: Tx + ?Sized>(tx: &T, f: &Finish, lease_wait: bool) ->
         )
         .await?;
     let Some(held) = held.first() else {
-        return Ok(false); // the lease was lost: a newer owner decides
+        return Ok(None); // the lease was lost: a newer owner decides
     };
     let Some(w) = f.write_for(
         held.get("cancel_requested")?,
         held.get("lease_expires_at")?,
         lease_wait,
     ) else {
-        return Ok(false); // renewed since the rescuer looked: the job is alive
+        return Ok(None); // renewed since the rescuer looked: the job is alive
     };
     let entry = w.entry.as_ref().map(Value::json).transpose()?;
     let written = tx
@@ -106,7 +128,7 @@ pub(crate) async fn one<T: Tx + ?Sized>(tx: &T, f: &Finish, lease_wait: bool) ->
         )
         .await?;
     if written == 0 {
-        return Ok(false);
+        return Ok(None);
     }
     if let Some(message) = &w.alert {
         tx.execute(&ALERT, &[message.as_str().into(), f.now.into(), id.clone()])
@@ -115,17 +137,18 @@ pub(crate) async fn one<T: Tx + ?Sized>(tx: &T, f: &Finish, lease_wait: bool) ->
     if w.wake && tx.backend() == Backend::Postgres {
         tx.execute(&WAKE, &[id]).await?;
     }
-    after(tx, f, &w).await?;
-    Ok(true)
+    Ok(Some(after(tx, f, &w, hand).await?))
 }
 
 /// What follows a finished attempt's row write: the key pause a snooze asks for, the lease slot
-/// it held (waking the key's next waiter), and its schedule's last run.
+/// it held (waking the key's next waiter, or handed to it), and its schedule's last run. Returns
+/// the job handed the slot.
 async fn after<T: Tx + ?Sized>(
     tx: &T,
     f: &Finish,
     w: &crate::outcome::RowWrite,
-) -> StoreResult<()> {
+    hand: Option<&keys::HandTo>,
+) -> StoreResult<Option<Job>> {
     if let Transition::Snooze {
         run_at,
         entry,
@@ -144,8 +167,9 @@ async fn after<T: Tx + ?Sized>(
         )
         .await?;
     }
+    let mut handed = None;
     if let Some(key) = &f.release_lease {
-        keys::release(tx, key, f.id, f.now).await?;
+        handed = keys::release(tx, key, f.id, f.now, hand).await?;
     }
     if let (Some(name), Some(p)) = (&f.periodic, &w.periodic) {
         tx.execute(
@@ -159,7 +183,7 @@ async fn after<T: Tx + ?Sized>(
         )
         .await?;
     }
-    Ok(())
+    Ok(handed)
 }
 
 /// Records a batch of finished attempts one by one; for each, whether its guarded write applied.

@@ -8,8 +8,9 @@
 //! could miss (a release that looked for waiters before the claim committed) [`wake_free`] catches.
 
 use crate::clock::Timestamp;
-use crate::job::JobId;
+use crate::job::{Job, JobId};
 use crate::sql::{FromRow, Row, Sql, StoreResult, Tx};
+use crate::StoreError;
 
 use crate::store::{PauseMode, PausedKey};
 
@@ -253,19 +254,108 @@ pub(crate) async fn busy_until<T: Tx + ?Sized>(
 
 /// Frees `job`'s slot of lease `key` and wakes the job that has waited longest for the key. The
 /// caller holds the key's lock.
+///
+/// With `hand`, the slot goes straight to the key's longest waiter of the same queue and kind
+/// instead, claimed in this transaction for the process finishing `job` (which runs it next):
+/// no wake-up, no second claim. Returns that job, as claimed.
 pub(crate) async fn release<T: Tx + ?Sized>(
     tx: &T,
     key: &str,
     job: JobId,
     now: Timestamp,
-) -> StoreResult<()> {
+    hand: Option<&HandTo>,
+) -> StoreResult<Option<Job>> {
+    if let Some(h) = hand {
+        let mut next: Vec<Job> = tx
+            .fetch(
+                &HAND_JOB,
+                &[
+                    now.into(),
+                    h.owner.as_str().into(),
+                    h.lease_until.into(),
+                    key.into(),
+                    job.into(),
+                    h.queue.as_str().into(),
+                    h.kind.as_str().into(),
+                ],
+            )
+            .await?;
+        if let Some(next) = next.pop() {
+            let moved = tx
+                .execute(
+                    &HAND_SLOT,
+                    &[next.id.into(), h.lease_until.into(), key.into(), job.into()],
+                )
+                .await?;
+            if moved == 1 {
+                return Ok(Some(next));
+            }
+            // The slot was there when the waiter was claimed, and the key's lock keeps it.
+            return Err(StoreError::Conflict(format!(
+                "job {job}'s slot of lease key {key} went away while it was handed on"
+            )));
+        }
+    }
     let freed = tx.execute(&FREE_SLOT, &[key.into(), job.into()]).await?;
     if freed > 0 {
         tx.execute(&WAKE_WAITER, &[now.into(), key.into(), job.into()])
             .await?;
     }
-    Ok(())
+    Ok(None)
 }
+
+/// Whom a finished attempt's lease slot is handed to: the next job of the key in `queue` of
+/// `kind`, claimed for `owner` until `lease_until` (see [`release`]).
+#[derive(Debug, Clone)]
+pub(crate) struct HandTo {
+    pub(crate) owner: String,
+    pub(crate) queue: String,
+    pub(crate) kind: String,
+    pub(crate) lease_until: Timestamp,
+}
+
+// The key's ($4) longest waiter in queue $6 of kind $7, other than the finished job ($5), claimed
+// at $1 for $2 until $3 as a claim would (due since its creation, as a wake-up makes it); none while the queue or the key is paused, or when the
+// finished job holds no slot of the key. On PostgreSQL a waiter another transaction has locked (a
+// claim or a wake-up on it) is passed over.
+static HAND_JOB: Sql = Sql::per_backend(
+    JOBS,
+    concat!(
+        "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = $1,
+            lease_owner = $2, lease_expires_at = $3, cancel_requested = 0, lease_wait = 0,
+            run_at = min(created_at, $1)
+         WHERE id = (
+            SELECT id FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait = 1
+              AND id != $5 AND queue = $6 AND kind = $7
+              AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
+              AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
+              AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
+            ORDER BY run_at LIMIT 1)
+         RETURNING ",
+        job_cols!()
+    ),
+    concat!(
+        "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = $1,
+            lease_owner = $2, lease_expires_at = $3, cancel_requested = false, lease_wait = false,
+            run_at = LEAST(created_at, $1)
+         FROM (
+            SELECT id AS next FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait
+              AND id != $5 AND queue = $6 AND kind = $7
+              AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
+              AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
+              AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
+            ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED) w
+         WHERE id = w.next
+         RETURNING ",
+        job_cols!()
+    ),
+);
+
+// The finished job's ($4) slot of key $3, now the handed job's ($1) until $2.
+static HAND_SLOT: Sql = Sql::new(
+    LEASES,
+    "UPDATE onus_leases SET job_id = $1, busy_until = $2 WHERE key = $3 AND job_id = $4",
+);
 
 // The keys' slots, each key's pause as slot -1 when one is in force, and the latest run_at of
 // the key's sleeping waiters as slot -2 (one step down the waiters' index per key): one round

@@ -517,3 +517,69 @@ pub async fn a_kinds_rate_window_is_taken_before_each_attempt(env: Env) {
     assert_eq!((done, ran.load(Ordering::SeqCst)), (2, 2));
     running.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A completion written in the handler's own transaction hands the key's slot to the key's next
+/// job in that same commit: inside the transaction the next job is already running, claimed for
+/// this process (no wake-up, no second claim), and the jobs still run one at a time, each at
+/// attempt 1 without a snooze.
+pub async fn a_completion_hands_the_key_to_its_next_job_in_the_same_commit(env: Env) {
+    use onus::sql::{Sql, Tx};
+    static RUNNING: Sql = Sql::new(
+        "onus_jobs",
+        "SELECT id FROM onus_jobs WHERE lease_key = $1 AND state = 'running' AND id != $2",
+    );
+    type Seen = Arc<std::sync::Mutex<Vec<(i64, Vec<i64>)>>>;
+    let seen: Seen = Arc::default();
+    let gauge = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let (s, g) = (seen.clone(), gauge.clone());
+    let onus = env
+        .builder()
+        .queue("default", 8)
+        .kind(Kind::new("handed").handler(move |ctx: JobContext| {
+            let (s, g) = (s.clone(), g.clone());
+            async move {
+                crate::harness::gauged(&g.0, &g.1).await?;
+                let id = ctx.job().id;
+                ctx.complete_with(move |tx| {
+                    Box::pin(async move {
+                        let rows = tx.query(&RUNNING, &["k".into(), id.into()]).await?;
+                        let next = rows
+                            .iter()
+                            .map(|r| r.get::<i64>("id"))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        s.lock().unwrap().push((id, next));
+                        Ok::<_, onus::JobError>(())
+                    })
+                })
+                .await
+            }
+        }))
+        .build()
+        .unwrap();
+    let rows = onus
+        .client()
+        .insert_many(
+            (0..6)
+                .map(|i| NewJob::new("handed", json!({ "i": i })).lease_key("k"))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let running = onus.start();
+    for r in &rows {
+        let j = env.wait_state(r.job.id, JobState::Completed).await;
+        assert_eq!((j.attempt, j.snoozes), (1, 0), "{j:?}");
+    }
+    assert_eq!(gauge.1.load(Ordering::SeqCst), 1, "one at a time");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    // Each completion but the last saw the next job running in its own transaction.
+    let handed: Vec<i64> = seen.iter().flat_map(|(_, next)| next.clone()).collect();
+    assert_eq!(handed.len(), 5, "five hand-overs: {seen:?}");
+    assert_eq!(
+        seen[1..].iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        handed,
+        "each job ran as the one before handed it the key: {seen:?}"
+    );
+    running.shutdown(Duration::from_secs(5)).await;
+}
