@@ -45,7 +45,7 @@ Usage:
                              LATENCY_WARMUP, RUN_TIMEOUT_S; prints one JSON line
   onus-bench suite           every workload on SQLite and a throwaway PostgreSQL, one table each
                              [--reps R] [--n N] [--latency-n N] [--concurrency C]
-                             [--only contract,backlog,fanout,memory]
+                             [--only contract,backlog,fanout,api,memory]
   onus-bench backlog         claim cost at 10k, 100k and 1M waiting jobs, and with 1M finished
   onus-bench fanout          webhook delivery to 20 endpoints, with and without a dead one
                              [--events N] [--paced N] [--endpoints N] [--reps R] [--backends B]

@@ -1,10 +1,11 @@
 //! `onus-bench suite`: every workload, one table each, in one run. First every mode of the driver
 //! contract on SQLite and on a throwaway PostgreSQL, several times, each run a fresh database and
 //! a fresh process, with medians and the ratios between backends; then `onus-bench backlog`,
-//! `onus-bench fanout` and `onus-bench memory` with their defaults (see each one's docs).
+//! `onus-bench fanout` (20 endpoints and 500 events, then 200 endpoints and 100 events),
+//! `onus-bench api` and `onus-bench memory` with their defaults (see each one's docs).
 //!
 //! Options (all optional): `--reps R` (3), `--n N` (throughput jobs, 20000), `--latency-n N` (300),
-//! `--concurrency C` (16), `--only contract,backlog,fanout,memory` (all).
+//! `--concurrency C` (16), `--only contract,backlog,fanout,api,memory` (all).
 
 use std::process::ExitCode;
 
@@ -18,7 +19,7 @@ struct Opts {
     only: Vec<String>,
 }
 
-const PARTS: [&str; 4] = ["contract", "backlog", "fanout", "memory"];
+const PARTS: [&str; 5] = ["contract", "backlog", "fanout", "api", "memory"];
 
 fn opts() -> Result<Opts, String> {
     let mut o = Opts {
@@ -102,21 +103,37 @@ fn suite() -> Result<(), String> {
         println!("### Throughput and pick-up latency (driver contract)\n");
         contract(&o)?;
     }
-    for (part, title) in [
-        ("backlog", "Claim cost as the backlog grows"),
+    for (part, args, title) in [
+        ("backlog", &[][..], "Claim cost as the backlog grows"),
         (
             "fanout",
-            "Webhook fan-out, with and without a dead endpoint",
+            &[][..],
+            "Webhook fan-out to 20 endpoints, with and without a dead endpoint",
         ),
-        ("memory", "Peak memory of a server process"),
+        (
+            "fanout",
+            &["--endpoints", "200", "--events", "100"][..],
+            "Webhook fan-out to 200 endpoints, with and without a dead endpoint",
+        ),
+        (
+            "api",
+            &[][..],
+            "The HTTP API: single inserts, event publishes, pull workers, beside pgbench",
+        ),
+        ("memory", &[][..], "Peak memory of a server process"),
     ] {
         if o.only.iter().any(|p| p == part) {
-            println!("\n### {title} (`onus-bench {part}`)\n");
+            let shown = std::iter::once(part)
+                .chain(args.iter().copied())
+                .collect::<Vec<_>>()
+                .join(" ");
+            println!("\n### {title} (`onus-bench {shown}`)\n");
             use std::io::Write;
             let _ = std::io::stdout().flush();
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let status = std::process::Command::new(exe)
                 .arg(part)
+                .args(args)
                 .env_remove("ONUS_BENCH_ROLE")
                 .status()
                 .map_err(|e| e.to_string())?;

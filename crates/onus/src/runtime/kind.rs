@@ -322,14 +322,17 @@ impl JobContext {
         };
         let id = self.job.id;
         // The lease slot this attempt holds goes to the key's next job of the same queue and
-        // kind, claimed for this process in the same commit, while the queue runs here (and this
-        // process's clock is within bounds of the database's, as for any claim of its own).
+        // kind, claimed for this process in the same commit, where the store hands slots on
+        // (`Store::hands_on_lease_slots`), while the queue runs here (and this process's clock is
+        // within bounds of the database's, as for any claim of its own).
         let door = self
             .job
             .lease_key
             .as_ref()
+            .filter(|_| self.store.hands_on_lease_slots())
             .filter(|_| super::skew::Skew::within_bound(shared))
-            .and_then(|_| shared.intakes.get(&self.job.queue));
+            .and_then(|_| shared.intakes.get(&self.job.queue))
+            .filter(|_| std::env::var_os("ONUS_NO_HANDOFF").is_none());
         let to = door.as_ref().map(|_| {
             let now = shared.clock.now();
             crate::store::keys::HandTo {

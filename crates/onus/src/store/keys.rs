@@ -338,14 +338,13 @@ static HAND_JOB: Sql = Sql::per_backend(
         "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = $1,
             lease_owner = $2, lease_expires_at = $3, cancel_requested = false, lease_wait = false,
             run_at = LEAST(created_at, $1)
-         FROM (
-            SELECT id AS next FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait
+         WHERE id = (
+            SELECT id FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait
               AND id != $5 AND queue = $6 AND kind = $7
               AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
               AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
               AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
-            ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED) w
-         WHERE id = w.next
+            ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING ",
         job_cols!()
     ),

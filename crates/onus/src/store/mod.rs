@@ -65,6 +65,17 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The backend's name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
 
+    /// Whether a job completed in its handler's own transaction hands its lease key's slot
+    /// straight to the key's next job of the same queue and kind, claimed in that commit for the
+    /// same process (see `keys::release`), rather than releasing it and waking that job for a
+    /// claim. SQLite does: its one writer makes the hand-over one more statement in a batch, and
+    /// webhook delivery runs about a sixth faster. PostgreSQL does not: there it made a burst of
+    /// deliveries faster but let one dead endpoint slow its healthy neighbours' deliveries by
+    /// up to a quarter and double their latency (docs/benchmarks.md, issue 26's third round).
+    fn hands_on_lease_slots(&self) -> bool {
+        false
+    }
+
     /// Whether the database answers and can take writes: `/healthz` asks this. By default a read
     /// of one row.
     async fn health(&self) -> StoreResult<()> {

@@ -671,6 +671,10 @@ impl Store for SqliteStore {
         "sqlite"
     }
 
+    fn hands_on_lease_slots(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
