@@ -63,7 +63,7 @@ impl Webhooks {
         }
         let p = self.prepare_publish(new.clone())?;
         let id = p.event.id.clone();
-        // Publishes arriving together share a commit (each in its own savepoint).
+        // Publishes arriving together share a commit (`Db::tx_shared`).
         let fresh = self
             .inner
             .db

@@ -1180,20 +1180,32 @@ async fn an_event_for_many_endpoints_fans_out_in_a_job_and_one_for_few_at_its_pu
     w.stop().await;
 }
 
-/// Publishes sent together share commits (each in its own savepoint): every one is stored with
-/// its deliveries, and one that reuses another's id with a different payload is refused alone.
+/// Publishes sent together share commits (`Db::tx_shared`): every one is stored with its
+/// deliveries; one that reuses another's id with a different payload is refused alone, and so is
+/// one whose row the database refuses inside the shared transaction (the others are written).
 async fn concurrent_publishes_share_commits_and_a_conflicting_one_fails_alone(backend: Backend) {
+    static POISON: onus::sql::Sql = onus::sql::Sql::per_backend(
+        "onus_events",
+        "CREATE TRIGGER poisoned_event BEFORE INSERT ON onus_events WHEN NEW.type = 'poison'
+         BEGIN SELECT RAISE(ABORT, 'poisoned event'); END",
+        "ALTER TABLE onus_events ADD CONSTRAINT poisoned_event CHECK (type <> 'poison')",
+    );
     let sink = HttpSink::start(|_, _| Reply::status(200)).await;
     let w = world(backend, WebhookConfig::default()).await;
+    onus::store::Db::new(w.store.clone())
+        .execute(&POISON, vec![])
+        .await
+        .unwrap();
     let (ep, _) = w.endpoint(sink.url("/hook")).await;
     let mut calls = tokio::task::JoinSet::new();
-    for i in 0..25 {
+    for i in 0..26 {
         let hooks = w.hooks.clone();
-        // The last reuses the id of the sixth with another payload.
+        // The 25th reuses the id of the sixth with another payload; the 26th is refused.
         let (id, n) = if i == 24 { (5, 99) } else { (i, i) };
         calls.spawn(async move {
+            let kind = if i == 25 { "poison" } else { "x" };
             let r = hooks
-                .publish("x", json!({ "n": n }), Some(format!("e-{id}")))
+                .publish(kind, json!({ "n": n }), Some(format!("e-{id}")))
                 .await;
             (i, r)
         });
@@ -1207,9 +1219,16 @@ async fn concurrent_publishes_share_commits_and_a_conflicting_one_fails_alone(ba
                 format!("e-{}", if i == 24 { 5 } else { i })
             ),
             Err(onus_webhooks::Error::Conflict(msg)) => refused.push((i, msg)),
-            Err(e) => panic!("publish {i}: {e}"),
+            Err(e) => {
+                assert_eq!(i, 25, "publish {i}: {e}");
+                assert!(e.to_string().contains("poisoned"), "{e}");
+            }
         }
     }
+    assert!(
+        w.hooks.event("e-25").await.is_err(),
+        "nothing of the refused publish is stored"
+    );
     assert_eq!(
         refused.len(),
         1,

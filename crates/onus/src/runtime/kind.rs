@@ -331,8 +331,7 @@ impl JobContext {
             .as_ref()
             .filter(|_| self.store.hands_on_lease_slots())
             .filter(|_| super::skew::Skew::within_bound(shared))
-            .and_then(|_| shared.intakes.get(&self.job.queue))
-            .filter(|_| std::env::var_os("ONUS_NO_HANDOFF").is_none());
+            .and_then(|_| shared.intakes.get(&self.job.queue));
         let to = door.as_ref().map(|_| {
             let now = shared.clock.now();
             crate::store::keys::HandTo {
@@ -368,16 +367,21 @@ impl JobContext {
             let next = next.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let (Ok(_), Some(door), Some(next)) = (&out, door, next) {
                 // It runs in the slot this attempt is about to give back.
-                door.deliver(&shared, &queue, vec![next], Vec::new(), started);
+                door.deliver_handed(&shared, &queue, next, started);
             }
             out
         });
-        let out = commit.await.map_err(|e| {
-            E::from(StoreError::Query(
-                format!("the completion's transaction panicked: {e}"),
-                None,
-            ))
-        })??;
+        let out = match commit.await {
+            Ok(out) => out?,
+            // `op` panicked: the handler panics as it would have without the task.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                return Err(E::from(StoreError::Query(
+                    format!("the completion's transaction was stopped: {e}"),
+                    None,
+                )))
+            }
+        };
         self.completed.store(true, Ordering::SeqCst);
         Ok(out)
     }

@@ -43,16 +43,21 @@ pub(crate) async fn run_queue(
     let started = Arc::new(AtomicU64::new(0));
     let mut target = ReadyTarget::new(slots.clone(), concurrency, batch, started.clone());
     let (ready, ready_rx) = mpsc::unbounded_channel::<Ready>();
+    let (handed, handed_rx) = mpsc::unbounded_channel::<Ready>();
     let intake = Arc::new(Intake {
         slots: slots.clone(),
         idle: AtomicBool::new(false),
         ready: ready.clone(),
+        handed,
         finish: finish.clone(),
     });
     shared.intakes.set(&queue, Some(intake.clone()));
     let dispatcher = tokio::spawn(dispatch(
         shared.clone(),
-        ready_rx,
+        Lanes {
+            handed: handed_rx,
+            ready: ready_rx,
+        },
         RunSlots {
             free: Arc::new(Semaphore::new(concurrency)),
             started,
@@ -164,6 +169,8 @@ pub(crate) struct Intake {
     slots: Arc<Semaphore>,
     idle: AtomicBool,
     ready: mpsc::UnboundedSender<Ready>,
+    /// Jobs handed a lease slot by a finished attempt: they start before claimed ones.
+    handed: mpsc::UnboundedSender<Ready>,
     finish: mpsc::UnboundedSender<QueuedOutcome>,
 }
 
@@ -191,9 +198,7 @@ impl Intake {
     }
 
     /// Starts the jobs an insert claimed (`started`: when the insert began; their leases run from
-    /// then). Unused permits are released. A job delivered without a permit (one a finished
-    /// attempt handed its lease slot to) waits only for a run slot: the attempt that handed it on
-    /// is about to give its own back.
+    /// then). Unused permits are released.
     pub(crate) fn deliver(
         &self,
         shared: &Arc<Shared>,
@@ -205,6 +210,28 @@ impl Intake {
         let mut failing = false;
         let (held, _) = hold_claimed(shared, queue, &self.finish, Ok(jobs), started, &mut failing);
         start_held(&self.ready, held, permits);
+    }
+
+    /// Starts a job a finished attempt handed its lease slot to (`started`: when that attempt's
+    /// completion began), ahead of the jobs claimed and waiting: it holds its key's slot, and takes
+    /// the next run slot free, which the attempt that handed it on is about to give back.
+    pub(crate) fn deliver_handed(
+        &self,
+        shared: &Arc<Shared>,
+        queue: &str,
+        job: Job,
+        started: Instant,
+    ) {
+        let mut failing = false;
+        let (held, _) = hold_claimed(
+            shared,
+            queue,
+            &self.finish,
+            Ok(vec![job]),
+            started,
+            &mut failing,
+        );
+        start_held(&self.handed, held, Vec::new());
     }
 }
 
@@ -424,16 +451,32 @@ struct RunSlots {
 
 /// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
 /// it started) a job is handed back unstarted, its attempt unspent.
+/// The jobs waiting for a run slot: those a finished attempt handed its lease slot to, which go
+/// first, and those claimed.
+struct Lanes {
+    handed: mpsc::UnboundedReceiver<Ready>,
+    ready: mpsc::UnboundedReceiver<Ready>,
+}
+
 async fn dispatch(
     shared: Arc<Shared>,
-    mut ready: mpsc::UnboundedReceiver<Ready>,
+    mut lanes: Lanes,
     run_slots: RunSlots,
     stop: CancellationToken,
     hard: CancellationToken,
     tracker: TaskTracker,
     finish: mpsc::UnboundedSender<QueuedOutcome>,
 ) {
-    while let Some(Ready { job, hold, claimed }) = ready.recv().await {
+    loop {
+        // A job handed a lease slot goes first: it holds its key while it waits.
+        let next = tokio::select! {
+            biased;
+            Some(r) = lanes.handed.recv() => Some(r),
+            r = lanes.ready.recv() => r,
+        };
+        let Some(Ready { job, hold, claimed }) = next else {
+            break;
+        };
         let run = tokio::select! {
             biased;
             _ = stop.cancelled() => None,

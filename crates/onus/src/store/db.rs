@@ -78,7 +78,11 @@ impl Db {
     /// done. One that fails undoes only its own writes and answers its own error: on SQLite it
     /// runs in its own savepoint; on PostgreSQL, when anything in a shared transaction fails, that
     /// transaction is rolled back and each of its operations runs again alone. So `op` may run
-    /// more than once, and must do nothing but its database work.
+    /// more than once, and must do nothing but its database work. On PostgreSQL the operations of
+    /// a batch share one session: a [`Tx::lock`] does not keep them from each other, a savepoint
+    /// of a fixed name would be shared too, and an operation whose caller stopped waiting once its
+    /// batch began still commits with it. A lock waited for longer than 100 ms sends the batch to
+    /// run alone.
     pub async fn tx_shared<R, E, F>(&self, op: F) -> Result<R, E>
     where
         F: for<'t> Fn(&'t AnyTx<'t>) -> LocalFuture<'t, Result<R, E>> + Send + Sync + 'static,

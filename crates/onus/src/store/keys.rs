@@ -255,9 +255,9 @@ pub(crate) async fn busy_until<T: Tx + ?Sized>(
 /// Frees `job`'s slot of lease `key` and wakes the job that has waited longest for the key. The
 /// caller holds the key's lock.
 ///
-/// With `hand`, the slot goes straight to the key's longest waiter of the same queue and kind
-/// instead, claimed in this transaction for the process finishing `job` (which runs it next):
-/// no wake-up, no second claim. Returns that job, as claimed.
+/// With `hand`, the slot goes straight to the key's longest waiter instead when it is of the same
+/// queue and kind, claimed in this transaction for the process finishing `job` (which runs it
+/// next): no wake-up, no second claim. Returns that job, as claimed.
 pub(crate) async fn release<T: Tx + ?Sized>(
     tx: &T,
     key: &str,
@@ -314,10 +314,11 @@ pub(crate) struct HandTo {
     pub(crate) lease_until: Timestamp,
 }
 
-// The key's ($4) longest waiter in queue $6 of kind $7, other than the finished job ($5), claimed
-// at $1 for $2 until $3 as a claim would (due since its creation, as a wake-up makes it); none while the queue or the key is paused, or when the
-// finished job holds no slot of the key. On PostgreSQL a waiter another transaction has locked (a
-// claim or a wake-up on it) is passed over.
+// The key's ($4) longest waiter other than the finished job ($5), claimed at $1 for $2 until $3 as
+// a claim would (due since its creation, as a wake-up makes it), if it is of queue $6 and kind $7
+// (a waiter of another kind is woken for a claim instead, so none is passed over); none while the
+// queue or the key is paused, or when the finished job holds no slot of the key. On PostgreSQL a
+// waiter another transaction has locked (a claim or a wake-up on it) is passed over.
 static HAND_JOB: Sql = Sql::per_backend(
     JOBS,
     concat!(
@@ -326,11 +327,12 @@ static HAND_JOB: Sql = Sql::per_backend(
             run_at = min(created_at, $1)
          WHERE id = (
             SELECT id FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait = 1
-              AND id != $5 AND queue = $6 AND kind = $7
+              AND id != $5
               AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
               AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
               AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
             ORDER BY run_at LIMIT 1)
+           AND queue = $6 AND kind = $7
          RETURNING ",
         job_cols!()
     ),
@@ -340,11 +342,12 @@ static HAND_JOB: Sql = Sql::per_backend(
             run_at = LEAST(created_at, $1)
          WHERE id = (
             SELECT id FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait
-              AND id != $5 AND queue = $6 AND kind = $7
+              AND id != $5
               AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
               AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
               AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
             ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+           AND queue = $6 AND kind = $7
          RETURNING ",
         job_cols!()
     ),

@@ -254,7 +254,7 @@ pub fn child_main(url: &str, mode: &str) {
                         let mut job = NewJob::new("durable", json!({"t": t, "i": i}));
                         if tasks > 1 && i % 2 == 1 {
                             // A unique key takes the other shared path: the insert flow in a
-                            // transaction shared with other callers', a savepoint each.
+                            // transaction shared with other callers' operations.
                             job = job.unique_key(format!("{t}-{i}"));
                         }
                         let id = crate::harness::insert_id(&client, job).await;

@@ -33,6 +33,11 @@ const MAX_ROWS: usize = 4096;
 /// At most this many operations share one transaction.
 const MAX_OPS: usize = 64;
 
+/// How long an operation in a shared transaction waits for a lock (a row another transaction is
+/// inserting with the same unique key, say) before the transaction gives up and each of its
+/// operations runs again alone: one waiting operation would hold up the whole batch.
+const SHARED_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '100ms'";
+
 /// What callers' parts share: a batch of them and how it is written.
 pub(super) trait Batch: Send + Sync + Sized + 'static {
     /// One caller's part.
@@ -241,9 +246,10 @@ impl Write for Finishes {
 /// Operations written once over a transaction (a component's, the insert flow), which callers
 /// asked to share a commit. A batch's operations run at once in one transaction, so their
 /// statements travel together on its connection; each caller hears only once that transaction
-/// committed. If any of them fails (its own error, a row the database refuses, a lock taken in the
-/// other order by another batch), the transaction is rolled back and each runs again alone, so
-/// the error a caller gets is its own and nothing of a failed operation is written.
+/// committed. If any of them fails (its own error, a row the database refuses, a lock it waited
+/// for longer than [`SHARED_LOCK_TIMEOUT`] allows), the transaction is rolled back and each runs
+/// again alone, so the error a caller gets is its own and nothing of a failed operation is
+/// written. A panic in one of them fails its whole batch (each caller hears `Closed`).
 pub(super) struct Ops;
 
 impl Batch for Ops {
@@ -292,6 +298,9 @@ impl Batch for Ops {
 async fn shared(client: &mut Object, batch: Vec<Pending<Ops>>) -> Vec<Pending<Ops>> {
     let ended = async {
         let tx = client.transaction().await.map_err(pg_error)?;
+        tx.batch_execute(SHARED_LOCK_TIMEOUT)
+            .await
+            .map_err(pg_error)?;
         let all_ran = {
             let any = AnyTx::Postgres(PgTx::pooled(&tx));
             let runs = batch.iter().map(|p| (p.part)(&any));

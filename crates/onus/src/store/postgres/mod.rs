@@ -394,8 +394,13 @@ impl PostgresStore {
             let claims = claims_of(&take, claim.as_ref());
             return insert_bulk(PgConn::PooledClient(&c), &rows, &claims, true).await;
         }
-        // Rows with unique keys go through the insert flow, sharing a transaction with other
-        // callers' (one savepoint each).
+        // A few rows with unique keys go through the insert flow in a transaction shared with
+        // other callers' operations (`Db::tx_shared`); many fill a transaction of their own.
+        if rows.len() >= group::ALONE_FROM {
+            return self
+                .write(async |tx| insert::insert(tx, rows, claim.as_ref()).await)
+                .await;
+        }
         let rows = std::sync::Arc::new(rows);
         let claim = std::sync::Arc::new(claim);
         crate::store::db::shared(self, move |tx| {
