@@ -345,10 +345,12 @@ impl JobContext {
         let next: Arc<std::sync::Mutex<Option<Job>>> = Arc::default();
         let handed = next.clone();
         let (store, shared, queue) = (self.store.clone(), shared.clone(), self.job.queue.clone());
-        // The commit and the start of the job it handed the key to happen together, in a task of
-        // their own: the handler may be stopped once its job is completed (a renewal finds it no
-        // longer running), and the job handed on must not be left claimed with nobody to run it.
-        let commit = tokio::spawn(async move {
+        // When a slot is handed on, the commit and the start of the job it went to happen together,
+        // in a task of their own: the handler may be stopped once its job is completed (a renewal
+        // finds it no longer running), and the job handed on must not be left claimed with nobody
+        // to run it. Otherwise the commit runs on the handler's task.
+        let hands_on = door.is_some();
+        let commit = async move {
             let out = crate::store::Db::new(store)
                 .tx(move |tx| {
                     Box::pin(async move {
@@ -370,16 +372,20 @@ impl JobContext {
                 door.deliver_handed(&shared, &queue, next, started);
             }
             out
-        });
-        let out = match commit.await {
-            Ok(out) => out?,
-            // `op` panicked: the handler panics as it would have without the task.
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => {
-                return Err(E::from(StoreError::Query(
-                    format!("the completion's transaction was stopped: {e}"),
-                    None,
-                )))
+        };
+        let out = if !hands_on {
+            commit.await?
+        } else {
+            match tokio::spawn(commit).await {
+                Ok(out) => out?,
+                // `op` panicked: the handler panics as it would have without the task.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => {
+                    return Err(E::from(StoreError::Query(
+                        format!("the completion's transaction was stopped: {e}"),
+                        None,
+                    )))
+                }
             }
         };
         self.completed.store(true, Ordering::SeqCst);

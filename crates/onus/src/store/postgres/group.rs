@@ -48,8 +48,8 @@ pub(super) trait Batch: Send + Sync + Sized + 'static {
     const MAX: usize;
     /// The rows a part writes.
     fn rows(part: &Self::Part) -> usize;
-    /// Writes `batch` and answers each caller.
-    fn run(pool: &Pool, batch: Vec<Pending<Self>>) -> impl Future<Output = ()> + Send;
+    /// Writes `batch` on `client` and answers each caller.
+    fn run(client: Object, batch: Vec<Pending<Self>>) -> impl Future<Output = ()> + Send;
 }
 
 /// A write of rows that callers' parts can share, written again one caller at a time when the
@@ -77,8 +77,8 @@ impl<W: Write> Batch for W {
         W::rows(part)
     }
 
-    fn run(pool: &Pool, batch: Vec<Pending<Self>>) -> impl Future<Output = ()> + Send {
-        write::<W>(pool, batch)
+    fn run(client: Object, batch: Vec<Pending<Self>>) -> impl Future<Output = ()> + Send {
+        write::<W>(client, batch)
     }
 }
 
@@ -141,23 +141,23 @@ async fn writer<W: Batch>(pool: Pool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pend
             }
             batch
         };
-        W::run(&pool, batch).await;
+        match pool.get().await {
+            Ok(client) => W::run(client, batch).await,
+            Err(e) => fail_all(batch, &pool_err(e)),
+        }
+    }
+}
+
+/// Answers every caller of `batch` with `e`.
+fn fail_all<W: Batch>(batch: impl IntoIterator<Item = Pending<W>>, e: &StoreError) {
+    for p in batch {
+        let _ = p.answer.send(Err(e.clone()));
     }
 }
 
 /// Writes `batch` in one transaction and answers each caller; a refused batch is written again
 /// one caller at a time.
-async fn write<W: Write>(pool: &Pool, batch: Vec<Pending<W>>) {
-    let mut client = match pool.get().await {
-        Ok(c) => c,
-        Err(e) => {
-            let e = pool_err(e);
-            for p in batch {
-                let _ = p.answer.send(Err(e.clone()));
-            }
-            return;
-        }
-    };
+async fn write<W: Write>(mut client: Object, batch: Vec<Pending<W>>) {
     if batch.len() > 1 {
         let parts: Vec<&W::Part> = batch.iter().map(|p| &p.part).collect();
         match W::write(&mut client, &parts).await {
@@ -169,12 +169,7 @@ async fn write<W: Write>(pool: &Pool, batch: Vec<Pending<W>>) {
             }
             // Nothing was written: the database refused the transaction. Find whose part it was.
             Err(e) if refused(&e) => {}
-            Err(e) => {
-                for p in batch {
-                    let _ = p.answer.send(Err(e.clone()));
-                }
-                return;
-            }
+            Err(e) => return fail_all(batch, &e),
         }
     }
     for p in batch {
@@ -261,17 +256,7 @@ impl Batch for Ops {
         1
     }
 
-    async fn run(pool: &Pool, batch: Vec<Pending<Self>>) {
-        let mut client = match pool.get().await {
-            Ok(c) => c,
-            Err(e) => {
-                let e = pool_err(e);
-                for p in batch {
-                    let _ = p.answer.send(Err(e.clone()));
-                }
-                return;
-            }
-        };
+    async fn run(mut client: Object, batch: Vec<Pending<Self>>) {
         // The operations need not be `Send`: run them where they can be driven.
         let _ = off_task(async move |_| {
             let batch: Vec<_> = batch
@@ -328,9 +313,7 @@ async fn shared(client: &mut Object, batch: Vec<Pending<Ops>>) -> Vec<Pending<Op
         Ok(false) => batch,
         Err(e) if refused(&e) => batch,
         Err(e) => {
-            for p in batch {
-                let _ = p.answer.send(Err(e.clone()));
-            }
+            fail_all(batch, &e);
             Vec::new()
         }
     }
