@@ -137,7 +137,42 @@ async fn run(cfg: &Config) -> Result<Value, String> {
     }
 }
 
+/// Where a throughput run stands when it calls its [`Probe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Before the first insert.
+    Start,
+    /// Every job inserted; no worker started yet.
+    Inserted,
+    /// The database shows every job completed; the workers are still running.
+    Completed,
+    /// The workers stopped and exited.
+    Stopped,
+}
+
+/// Called at each [`Phase`] of a throughput run, to measure around it (`onus-bench rows`).
+pub(crate) trait Probe {
+    async fn at(&mut self, phase: Phase) -> Result<(), String>;
+}
+
+/// The driver contract's runs measure nothing around themselves.
+impl Probe for () {
+    async fn at(&mut self, _: Phase) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, String> {
+    throughput_probed(cfg, store, &mut ()).await
+}
+
+/// A throughput run (see the contract) that calls `probe` at each [`Phase`].
+pub(crate) async fn throughput_probed(
+    cfg: &Config,
+    store: Arc<dyn onus::Store>,
+    probe: &mut impl Probe,
+) -> Result<Value, String> {
+    probe.at(Phase::Start).await?;
     let client = Onus::builder(store.clone())
         .build()
         .map_err(|e| e.to_string())?
@@ -154,6 +189,7 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
     }
     let insert_s = t.elapsed().as_secs_f64();
     eprintln!("inserted {} jobs in {insert_s:.3}s", cfg.n);
+    probe.at(Phase::Inserted).await?;
 
     // Worker processes, each with its share of the slots.
     let mut workers = Vec::new();
@@ -239,6 +275,7 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
     };
     let handler_s = (handler_us.saturating_sub(start_us)) as f64 / 1e6;
     let run_s = (done_us.saturating_sub(start_us)) as f64 / 1e6;
+    probe.at(Phase::Completed).await?;
     for s in stdins.iter_mut() {
         let _ = writeln!(s, "stop");
         let _ = s.flush();
@@ -249,6 +286,7 @@ async fn throughput(cfg: &Config, store: Arc<dyn onus::Store>) -> Result<Value, 
     for r in readers {
         let _ = r.join();
     }
+    probe.at(Phase::Stopped).await?;
     let counts = store.counts().await.map_err(|e| e.to_string())?;
     let completed: u64 = counts
         .iter()

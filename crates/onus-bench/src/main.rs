@@ -18,7 +18,9 @@
 //! workloads (inserts through `POST /jobs` and `POST /jobs/batch`, pull workers) the same way;
 //! `onus-bench panel` times the tasks panel's pages at 10k, 100k and 1M jobs on both backends;
 //! `onus-bench backlog` measures claims as the backlog grows, `onus-bench fanout` webhook delivery
-//! with and without a dead endpoint, and `onus-bench memory` a server's peak memory under load.
+//! with and without a dead endpoint, `onus-bench memory` a server's peak memory under load, and
+//! `onus-bench rows` what a job's life writes on PostgreSQL and how the queue fares while another
+//! session holds a snapshot open.
 //! `onus-bench soak --minutes N` runs real `onus serve` processes under faults and checks the
 //! invariants (`onus_bench::soak`).
 
@@ -28,6 +30,7 @@ mod contract;
 mod fanout;
 mod memory;
 mod panel;
+mod rows;
 mod serve;
 mod suite;
 mod worker;
@@ -52,6 +55,11 @@ Usage:
   onus-bench memory          a server's peak memory under each load
   onus-bench api             inserts through the HTTP API, and pull workers
   onus-bench panel           the tasks panel's pages at 10k, 100k and 1M jobs
+  onus-bench rows            what a job's life writes on PostgreSQL (WAL by record type, HOT
+                             share, dead row versions, size, CPU and statements per job), and
+                             throughput with a snapshot held open on both backends
+                             [--n N] [--reps R] [--slots 16,64] [--procs 1,2,4] [--hold-s S]
+                             [--only cost,longtx] [--backends sqlite,postgres]
   onus-bench soak            `onus serve` processes on PostgreSQL and SQLite under faults
                              (SIGKILLs, a PostgreSQL restart, dropped connections, a skewed
                              clock, a chaos sink), then every invariant with its count
@@ -74,6 +82,7 @@ fn main() -> ExitCode {
         Some("backlog") => return backlog::main(),
         Some("fanout") => return fanout::main(),
         Some("memory") => return memory::main(),
+        Some("rows") => return rows::main(),
         Some("soak") => return soak(),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");

@@ -79,7 +79,7 @@ type Workload = (
     Vec<(&'static str, &'static str)>,
 );
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         return f64::NAN;

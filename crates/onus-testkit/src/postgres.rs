@@ -96,6 +96,27 @@ impl PgCluster {
         })
     }
 
+    /// Creates and starts a cluster with extra `name=value` server settings (as `-c` options), such
+    /// as `shared_preload_libraries=pg_stat_statements` for a benchmark.
+    pub fn start_with_settings(settings: Vec<String>) -> Result<PgCluster, PgError> {
+        Self::start_with(|_| Ok(settings))
+    }
+
+    /// The cluster's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The postmaster's process id (the first line of `postmaster.pid`).
+    pub fn postmaster_pid(&self) -> Result<u32, PgError> {
+        let text = std::fs::read_to_string(self.data_dir().join("postmaster.pid"))
+            .map_err(|e| err(format!("cannot read postmaster.pid: {e}")))?;
+        text.lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| err("postmaster.pid names no process"))
+    }
+
     /// The CA certificate (PEM) that signed the server's, for a cluster from [`PgCluster::start_tls`].
     pub fn ca_cert(&self) -> PathBuf {
         self.dir.path().join("ca.crt")
