@@ -224,7 +224,7 @@ const METRICS: [&str; 22] = [
     "insert: Onus CPU µs (client)",
     "run: WAL bytes",
     "run: WAL records",
-    "run: full-page images",
+    "run: full-page image bytes",
     "run: row versions (insert)",
     "run: row versions (update, not HOT)",
     "run: row versions (HOT update)",
@@ -460,7 +460,7 @@ impl<'a> PgProbe<'a> {
             ),
             ("run: WAL bytes", bytes("run")),
             ("run: WAL records", count("run", &|_| true)),
-            ("run: full-page images", fpi("run")),
+            ("run: full-page image bytes", fpi("run")),
             (
                 "run: row versions (insert)",
                 count("run", &|k| k.starts_with("Heap/INSERT")),

@@ -36,11 +36,11 @@ static PAUSED: Sql = Sql::new(
 /// Per queue, the earliest `run_at` of a job waiting now: available, or delayed and due. Read
 /// from the claims' partial indexes, so its cost follows the waiting jobs, never the finished ones.
 static OLDEST: Sql = Sql::new(
-    "onus_jobs",
+    "onus_live",
     "SELECT queue, MIN(run_at) AS oldest FROM (
-         SELECT queue, run_at FROM onus_jobs WHERE state = 'available'
+         SELECT queue, run_at FROM onus_live WHERE state = 'available'
          UNION ALL
-         SELECT queue, run_at FROM onus_jobs
+         SELECT queue, run_at FROM onus_live
          WHERE state IN ('scheduled', 'retryable', 'snoozed') AND run_at <= $1) AS w
      GROUP BY queue",
 );

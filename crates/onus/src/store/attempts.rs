@@ -4,13 +4,14 @@
 use crate::job::{JobId, Progress};
 use crate::sql::{Sql, StoreResult, Tx, Value};
 
-// Found by id; coalesce() keeps PostgreSQL's planner off the partial indexes of running jobs, as
-// in a finish batch.
+// On the job's row, while its narrow row says the attempt runs (see migration 10). Found by id;
+// coalesce() keeps PostgreSQL's planner off the partial indexes of running jobs, as in a finish
+// batch.
 static PROGRESS: Sql = Sql::new(
-    "onus_jobs",
-    "UPDATE onus_jobs SET progress = $1
-     WHERE id = $2 AND coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $3
-       AND attempt = $4",
+    "onus_job_rows",
+    "UPDATE onus_job_rows SET progress = $1
+     WHERE id = $2 AND EXISTS (SELECT 1 FROM onus_live l WHERE l.id = $2 AND coalesce(l.state, '') = 'running'
+                                 AND coalesce(l.lease_owner, '') = $3 AND l.attempt = $4)",
 );
 
 /// Records `progress` for attempt `attempt` of job `id` run by `owner`; false when that attempt

@@ -9,8 +9,8 @@ use crate::sql::{Backend, Row, Sql, Tx, Value};
 use crate::store::{keys, manage, ClaimRequest, LeaseDecision, StoreResult};
 
 static RUNNING: Sql = Sql::new(
-    "onus_jobs",
-    "SELECT count(*) AS n FROM onus_jobs WHERE state = 'running' AND kind = $1",
+    "onus_live",
+    "SELECT count(*) AS n FROM onus_live WHERE state = 'running' AND kind = $1",
 );
 
 /// Runs an engine's claim statement `sql` for `req`: at most `limit` jobs of `kinds`, its
@@ -33,7 +33,17 @@ pub(crate) async fn rows<T: Tx + ?Sized>(
         (limit as i64).into(),
     ];
     params.extend(extra);
-    tx.query(sql, &params).await
+    let rows = tx.query(sql, &params).await?;
+    if tx.backend() == Backend::Sqlite {
+        // SQLite's claim writes onus_live alone and returns the ids: its RETURNING reads only
+        // the table it writes.
+        let ids = rows
+            .iter()
+            .map(|r| r.get::<JobId>("id"))
+            .collect::<StoreResult<Vec<_>>>()?;
+        return manage::rows_by_ids(tx, &ids).await;
+    }
+    Ok(rows)
 }
 
 /// Claims for `req` with `plain` (when none of its kinds is capped) or `capped`, the jobs in the

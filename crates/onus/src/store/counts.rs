@@ -99,3 +99,73 @@ pub(crate) async fn fold<T: Tx + ?Sized>(tx: &T, keep_since: Timestamp) -> Store
     tx.execute(&DROP_OLD, &[keep_since.into()]).await?;
     Ok(())
 }
+
+static ADD: Sql = Sql::per_backend(
+    COUNTS,
+    "INSERT INTO onus_job_counts (queue, kind, state, n) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (queue, kind, state) DO UPDATE SET n = n + excluded.n",
+    "INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
+     VALUES ($1, $2, $3, date_trunc('minute', CAST($5 AS timestamptz)), $4)",
+);
+
+// SQLite only: PostgreSQL's delta carries its minute.
+static ADD_HISTORY: Sql = Sql::new(
+    HISTORY,
+    "INSERT INTO onus_job_history (minute, kind, state, n) VALUES ($1 / 60000000 * 60000000, $2, $3, $4)
+     ON CONFLICT (minute, kind, state) DO UPDATE SET n = n + excluded.n",
+);
+
+/// Adds `n` jobs to the count of (`queue`, `kind`, `state`), and with `minute` to the history of
+/// arrivals in `state` at that minute. The statements that insert jobs, finish them or remove
+/// finished ones count themselves through this; `onus_live`'s triggers count the moves between
+/// unfinished states (see migration 10).
+pub(crate) async fn add<T: Tx + ?Sized>(
+    tx: &T,
+    queue: &str,
+    kind: &str,
+    state: &str,
+    minute: Option<Timestamp>,
+    n: i64,
+) -> StoreResult<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let mut params = vec![queue.into(), kind.into(), state.into(), n.into()];
+    if tx.backend() == Backend::Postgres {
+        params.push(minute.into());
+    }
+    tx.execute(&ADD, &params).await?;
+    if let (Some(minute), Backend::Sqlite) = (minute, tx.backend()) {
+        tx.execute(
+            &ADD_HISTORY,
+            &[minute.into(), kind.into(), state.into(), n.into()],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Adds `sign` times the jobs `rows` (each with its `queue` and `kind`) to `state`'s counts, one
+/// statement per queue and kind.
+pub(crate) async fn grouped<T: Tx + ?Sized>(
+    tx: &T,
+    state: &str,
+    minute: Option<Timestamp>,
+    sign: i64,
+    rows: &[Row],
+) -> StoreResult<()> {
+    let mut groups: std::collections::BTreeMap<(String, String), i64> = Default::default();
+    for r in rows {
+        *groups.entry((r.get("queue")?, r.get("kind")?)).or_default() += sign;
+    }
+    for ((queue, kind), n) in groups {
+        add(tx, &queue, &kind, state, minute, n).await?;
+    }
+    Ok(())
+}
+
+/// Subtracts the finished jobs `rows` (each with its `queue` and `kind`), removed, from `state`'s
+/// counts.
+pub(crate) async fn removed<T: Tx + ?Sized>(tx: &T, state: &str, rows: &[Row]) -> StoreResult<()> {
+    grouped(tx, state, None, -1, rows).await
+}

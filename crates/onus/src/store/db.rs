@@ -239,7 +239,8 @@ pub static JOBS: Line = Line {
         "006_key_pauses.sql",
         "007_progress_and_results.sql",
         "008_periodic_pause.sql",
-        "009_rate_keys.sql"
+        "009_rate_keys.sql",
+        "010_live_jobs.sql"
     ),
     postgres: crate::migrations!(
         "../../migrations/jobs/postgres",
@@ -251,7 +252,8 @@ pub static JOBS: Line = Line {
         "006_key_pauses.sql",
         "007_progress_and_results.sql",
         "008_periodic_pause.sql",
-        "009_rate_keys.sql"
+        "009_rate_keys.sql",
+        "010_live_jobs.sql"
     ),
 };
 

@@ -3,51 +3,85 @@
 //! PostgreSQL store also finishes plain batches in one statement (its engine file); everything
 //! else comes here.
 
-use crate::job::{Job, JobId};
+use crate::job::{Job, JobId, JobState};
 use crate::outcome::Transition;
 use crate::sql::{Backend, Sql, Tx, Value};
-use crate::store::{keys, Finish, PauseMode, StoreResult};
+use crate::store::{counts, keys, Finish, PauseMode, StoreResult};
 
 /// The attempt's row, if `owner` still runs this attempt (locked on PostgreSQL until the
 /// transaction ends; SQLite's one writer changes nothing between this read and the write). The
 /// state and owner are compared through coalesce() on PostgreSQL so no plan walks a partial
 /// index of running jobs.
 static HELD: Sql = Sql::per_backend(
-    "onus_jobs",
-    "SELECT cancel_requested, lease_expires_at FROM onus_jobs
+    "onus_live",
+    "SELECT cancel_requested, lease_expires_at, queue, kind FROM onus_live
      WHERE id = $1 AND state = 'running' AND lease_owner = $2 AND attempt = $3",
-    "SELECT cancel_requested, lease_expires_at FROM onus_jobs
+    "SELECT cancel_requested, lease_expires_at, queue, kind FROM onus_live
      WHERE id = $1 AND coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $2
        AND attempt = $3 FOR UPDATE",
 );
 
+// The attempt's outcome: the job's row takes its state, history and counters from the narrow
+// row (see migration 10), which is kept while the job can run again and deleted when it finished.
+// On PostgreSQL one statement, which also counts an arrival in a finished state; on SQLite this
+// writes the job's row, and [`KEEP_LIVE`] or [`DROP_LIVE`] and [`crate::store::counts::add`]
+// follow.
 static WRITE: Sql = Sql::per_backend(
-    "onus_jobs",
-    "UPDATE onus_jobs SET state = $1, run_at = COALESCE($2, run_at), attempt = attempt - $3,
-        snoozes = snoozes + $4, finalized_at = COALESCE($5, finalized_at),
+    "onus_job_rows",
+    "UPDATE onus_job_rows SET state = $1, run_at = COALESCE($2, l.run_at), attempt = l.attempt - $3,
+        attempted_at = l.attempted_at, snoozes = snoozes + $4, finalized_at = COALESCE($5, finalized_at),
         discard_reason = COALESCE($6, discard_reason),
         errors = CASE WHEN $7 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json($7)) END,
-        lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL,
+        lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL, cancel_requested = l.cancel_requested,
         result = CASE WHEN $1 = 'completed' THEN COALESCE($9, result) ELSE result END
-     WHERE id = $10",
-    "UPDATE onus_jobs SET state = $1, run_at = COALESCE($2, run_at), attempt = attempt - $3,
-        snoozes = snoozes + $4, finalized_at = COALESCE($5, finalized_at),
-        discard_reason = COALESCE($6, discard_reason),
-        errors = CASE WHEN $7::jsonb IS NULL THEN errors ELSE errors || jsonb_build_array($7::jsonb) END,
-        lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL,
-        result = CASE WHEN $1 = 'completed' THEN COALESCE($9::jsonb, result) ELSE result END
-     WHERE id = $10",
+     FROM (SELECT * FROM onus_live WHERE id = $10) AS l
+     WHERE onus_job_rows.id = l.id",
+    "WITH l AS (
+        SELECT * FROM onus_live WHERE id = $10
+     ), dropped AS (
+        DELETE FROM onus_live d WHERE d.id = $10 AND $1 IN ('completed', 'discarded', 'cancelled')
+     ), kept AS (
+        UPDATE onus_live k SET state = $1, run_at = COALESCE($2, k.run_at), attempt = k.attempt - $3,
+            lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL
+        WHERE k.id = $10 AND $1 NOT IN ('completed', 'discarded', 'cancelled')
+     ), written AS (
+        UPDATE onus_job_rows j SET state = $1, run_at = COALESCE($2, l.run_at), attempt = l.attempt - $3,
+            attempted_at = l.attempted_at, snoozes = j.snoozes + $4, finalized_at = COALESCE($5, j.finalized_at),
+            discard_reason = COALESCE($6, j.discard_reason),
+            errors = CASE WHEN $7::jsonb IS NULL THEN j.errors ELSE j.errors || jsonb_build_array($7::jsonb) END,
+            lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL, cancel_requested = l.cancel_requested,
+            result = CASE WHEN $1 = 'completed' THEN COALESCE($9::jsonb, j.result) ELSE j.result END
+        FROM l WHERE j.id = l.id
+        RETURNING j.queue, j.kind
+     ), counted AS (
+        INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
+        SELECT queue, kind, $1,
+               CASE WHEN $1 IN ('completed', 'discarded') THEN date_trunc('minute', $5::timestamptz) END, 1
+        FROM written WHERE $1 IN ('completed', 'discarded', 'cancelled')
+     )
+     SELECT count(*) AS n FROM written",
 );
+
+// SQLite: the narrow row of a job that can run again, after [`WRITE`].
+static KEEP_LIVE: Sql = Sql::new(
+    "onus_live",
+    "UPDATE onus_live SET state = $1, run_at = COALESCE($2, run_at), attempt = attempt - $3, lease_wait = $4,
+        lease_owner = NULL, lease_expires_at = NULL
+     WHERE id = $5",
+);
+
+// SQLite: the narrow row of a job that finished, after [`WRITE`].
+static DROP_LIVE: Sql = Sql::new("onus_live", "DELETE FROM onus_live WHERE id = $1");
 
 static ALERT: Sql = Sql::new(
     "onus_alerts",
     "INSERT INTO onus_alerts (job_id, kind, message, created_at)
-     SELECT id, kind, $1, $2 FROM onus_jobs WHERE id = $3",
+     SELECT id, kind, $1, $2 FROM onus_job_rows WHERE id = $3",
 );
 
 static WAKE: Sql = Sql::new(
-    "onus_jobs",
-    "SELECT pg_notify('onus_jobs', queue) FROM onus_jobs WHERE id = $1",
+    "onus_job_rows",
+    "SELECT pg_notify('onus_jobs', queue) FROM onus_job_rows WHERE id = $1",
 );
 
 static LAST_RUN: Sql = Sql::new(
@@ -110,23 +144,41 @@ async fn one_with<T: Tx + ?Sized>(
         return Ok(None); // renewed since the rescuer looked: the job is alive
     };
     let entry = w.entry.as_ref().map(Value::json).transpose()?;
-    let written = tx
-        .execute(
-            &WRITE,
-            &[
-                w.state.as_str().into(),
-                w.run_at.into(),
-                i64::from(w.give_back_attempt).into(),
-                i64::from(w.snoozed).into(),
-                w.finalized_at.into(),
-                w.discard_reason.map(|r| r.as_str()).into(),
-                entry.unwrap_or(Value::Null),
-                w.lease_wait.into(),
-                f.result.clone().into(),
-                id.clone(),
-            ],
-        )
-        .await?;
+    let params = [
+        w.state.as_str().into(),
+        w.run_at.into(),
+        i64::from(w.give_back_attempt).into(),
+        i64::from(w.snoozed).into(),
+        w.finalized_at.into(),
+        w.discard_reason.map(|r| r.as_str()).into(),
+        entry.unwrap_or(Value::Null),
+        w.lease_wait.into(),
+        f.result.clone().into(),
+        id.clone(),
+    ];
+    let written = match tx.backend() {
+        Backend::Postgres => tx.count(&WRITE, &params).await?,
+        Backend::Sqlite => {
+            let n = tx.execute(&WRITE, &params).await?;
+            if n > 0 && w.state.is_finished() {
+                tx.execute(&DROP_LIVE, std::slice::from_ref(&id)).await?;
+                let minute = matches!(w.state, JobState::Completed | JobState::Discarded)
+                    .then_some(w.finalized_at.unwrap_or(f.now));
+                let (queue, kind): (String, String) = (held.get("queue")?, held.get("kind")?);
+                counts::add(tx, &queue, &kind, w.state.as_str(), minute, 1).await?;
+            } else if n > 0 {
+                let keep = [
+                    w.state.as_str().into(),
+                    w.run_at.into(),
+                    i64::from(w.give_back_attempt).into(),
+                    w.lease_wait.into(),
+                    id.clone(),
+                ];
+                tx.execute(&KEEP_LIVE, &keep).await?;
+            }
+            n
+        }
+    };
     if written == 0 {
         return Ok(None);
     }

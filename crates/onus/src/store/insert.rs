@@ -11,18 +11,54 @@ use crate::sql::{AnyTx, Backend, Sql, Tx, Value};
 use crate::store::{manage, postgres, sqlite, taken, InsertClaim, InsertRow, Inserted};
 use crate::store::{StoreError, StoreResult};
 
-static UNIQUE: Sql = Sql::new(
-    "onus_jobs",
+// A row with a unique key: its narrow row in onus_live takes the key (the unique index there holds
+// while the job is unfinished), and only then is the job's row written. On PostgreSQL one
+// statement, which also counts the job; on SQLite (one writer) the row is written if no
+// unfinished job holds the key, then [`LIVE_OF`] writes its narrow row.
+static UNIQUE: Sql = Sql::per_backend(
+    "onus_job_rows",
     concat!(
-        "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, \
+        "INSERT INTO onus_job_rows (kind, queue, args, priority, state, max_attempts, run_at, created_at, \
          unique_key, lease_key, tags, rate_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (kind, unique_key)
-             WHERE unique_key IS NOT NULL AND state NOT IN ('completed', 'discarded', 'cancelled')
-         DO NOTHING
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
+         WHERE NOT EXISTS (SELECT 1 FROM onus_live WHERE kind = $1 AND unique_key = $9)
          RETURNING ",
         job_cols!()
     ),
+    concat!(
+        "WITH id AS (SELECT nextval(pg_get_serial_sequence('onus_job_rows', 'id')) AS id),
+         live AS (
+            INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, lease_key,
+                                   rate_key, unique_key)
+            SELECT id, $2::text, $1::text, $4::smallint, $5::text, $7::timestamptz, $8::timestamptz, 0,
+                   $10::text, $12::text, $9::text FROM id
+            ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+            RETURNING id
+         ), ins AS (
+            INSERT INTO onus_job_rows (id, kind, queue, args, priority, state, max_attempts, run_at, created_at,
+                                       unique_key, lease_key, tags, rate_key)
+            OVERRIDING SYSTEM VALUE
+            SELECT id, $1::text, $2::text, $3::jsonb, $4::smallint, $5::text, $6::integer, $7::timestamptz,
+                   $8::timestamptz, $9::text, $10::text, $11::jsonb, $12::text FROM live
+            RETURNING ",
+        job_cols!(),
+        "
+         ), counted AS (
+            INSERT INTO onus_job_deltas (queue, kind, state, n) SELECT queue, kind, state, 1 FROM ins
+         )
+         SELECT ",
+        job_cols!(),
+        " FROM ins"
+    ),
+);
+
+// SQLite: the narrow row of a job just written (see migration 10).
+static LIVE_OF: Sql = Sql::new(
+    "onus_live",
+    "INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, lease_key, rate_key,
+                            unique_key)
+     SELECT id, queue, kind, priority, state, run_at, created_at, attempt, lease_key, rate_key, unique_key
+     FROM onus_job_rows WHERE id = $1",
 );
 
 static HOLDER: Sql = Sql::new(
@@ -30,8 +66,7 @@ static HOLDER: Sql = Sql::new(
     concat!(
         "SELECT ",
         job_cols!(),
-        " FROM onus_jobs WHERE kind = $1 AND unique_key = $2
-         AND state NOT IN ('completed', 'discarded', 'cancelled')"
+        " FROM onus_jobs WHERE id = (SELECT id FROM onus_live WHERE kind = $1 AND unique_key = $2)"
     ),
 );
 
@@ -53,8 +88,8 @@ static PAUSED: Sql = Sql::new(
 );
 
 static TAKE: Sql = Sql::new(
-    "onus_jobs",
-    "UPDATE onus_jobs SET state = 'running', attempt = 1, attempted_at = $1, lease_owner = $2,
+    "onus_live",
+    "UPDATE onus_live SET state = 'running', attempt = 1, attempted_at = $1, lease_owner = $2,
      lease_expires_at = $3 WHERE id = $4 AND state = 'available'",
 );
 
@@ -117,6 +152,9 @@ async fn unique<T: Tx + ?Sized>(tx: &T, r: InsertRow) -> StoreResult<Inserted> {
     ];
     if let Some(row) = tx.query(&UNIQUE, &params).await?.pop() {
         let job = manage::job(row)?;
+        if tx.backend() == Backend::Sqlite {
+            tx.execute(&LIVE_OF, &[job.id.into()]).await?;
+        }
         return Ok(Inserted {
             job,
             inserted: true,

@@ -16,6 +16,7 @@ use crate::store::{PauseMode, PausedKey};
 
 const PAUSES: &str = "onus_key_pauses";
 const JOBS: &str = "onus_jobs";
+const LIVE: &str = "onus_live";
 const LEASES: &str = "onus_leases";
 
 /// Takes `key`'s lock until the transaction ends.
@@ -38,20 +39,20 @@ static PAUSE: Sql = Sql::new(
 // A job some claim has locked is passed over: that claim reads the pause once this one commits
 // (it waits for the key's lock) and holds the job itself.
 static HOLD: Sql = Sql::per_backend(
-    JOBS,
-    "UPDATE onus_jobs SET state = 'scheduled', run_at = $1, lease_wait = TRUE
+    LIVE,
+    "UPDATE onus_live SET state = 'scheduled', run_at = $1, lease_wait = TRUE
      WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
        AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4",
-    "UPDATE onus_jobs SET state = 'scheduled', run_at = $1, lease_wait = TRUE
-     WHERE id IN (SELECT id FROM onus_jobs
+    "UPDATE onus_live SET state = 'scheduled', run_at = $1, lease_wait = TRUE
+     WHERE id IN (SELECT id FROM onus_live
         WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
           AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4
         FOR UPDATE SKIP LOCKED)",
 );
 
 static HELD: Sql = Sql::new(
-    JOBS,
-    "SELECT count(*) AS n FROM onus_jobs
+    LIVE,
+    "SELECT count(*) AS n FROM onus_live
      WHERE (lease_key = $1 OR rate_key = $1) AND state = 'scheduled' AND lease_wait = TRUE",
 );
 
@@ -61,14 +62,14 @@ static UNPAUSE: Sql = Sql::new(
 );
 
 static RELEASE_HELD: Sql = Sql::per_backend(
-    JOBS,
-    "UPDATE onus_jobs SET run_at = $1, lease_wait = FALSE
+    LIVE,
+    "UPDATE onus_live SET run_at = $1, lease_wait = FALSE
      WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait = TRUE",
     // Each queue with a job set free hears of it. A job some claim has locked is passed over:
     // that claim reads the key once this resume commits.
     "WITH r AS (
-        UPDATE onus_jobs SET run_at = $1, lease_wait = false
-        WHERE id IN (SELECT id FROM onus_jobs
+        UPDATE onus_live SET run_at = $1, lease_wait = false
+        WHERE id IN (SELECT id FROM onus_live
             WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait
             FOR UPDATE SKIP LOCKED)
         RETURNING queue
@@ -84,7 +85,7 @@ static PAUSED_UNTIL: Sql = Sql::new(
 static PAUSED_KEYS: Sql = Sql::new(
     PAUSES,
     "SELECT p.key, p.until, p.paused_at, p.reason,
-        (SELECT count(*) FROM onus_jobs j WHERE (j.lease_key = p.key OR j.rate_key = p.key)
+        (SELECT count(*) FROM onus_live j WHERE (j.lease_key = p.key OR j.rate_key = p.key)
             AND j.state = 'scheduled' AND j.lease_wait = TRUE) AS held
      FROM onus_key_pauses p WHERE p.until > $1 ORDER BY p.key",
 );
@@ -108,17 +109,17 @@ static FREE_SLOT: Sql = Sql::new(
 // longest due first, so it runs before later jobs of the same key take the slot and send it back
 // to sleep.
 static WAKE_WAITER: Sql = Sql::per_backend(
-    JOBS,
-    "UPDATE onus_jobs SET run_at = min(created_at, $1) WHERE id = (
-        SELECT id FROM onus_jobs WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait = 1
+    LIVE,
+    "UPDATE onus_live SET run_at = min(created_at, $1) WHERE id = (
+        SELECT id FROM onus_live WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait = 1
         AND id != $3 AND run_at > $1 ORDER BY run_at, id LIMIT 1
      )",
     "WITH w AS (
-        SELECT id FROM onus_jobs WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait AND id != $3
+        SELECT id FROM onus_live WHERE lease_key = $2 AND state = 'snoozed' AND lease_wait AND id != $3
           AND run_at > $1
         ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED
      ), woken AS (
-        UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1) FROM w WHERE j.id = w.id RETURNING j.queue
+        UPDATE onus_live j SET run_at = LEAST(j.created_at, $1) FROM w WHERE j.id = w.id RETURNING j.queue
      )
      SELECT pg_notify('onus_jobs', queue) FROM woken",
 );
@@ -266,8 +267,8 @@ pub(crate) async fn release<T: Tx + ?Sized>(
     hand: Option<&HandTo>,
 ) -> StoreResult<Option<Job>> {
     if let Some(h) = hand {
-        let mut next: Vec<Job> = tx
-            .fetch(
+        let handed = tx
+            .query(
                 &HAND_JOB,
                 &[
                     now.into(),
@@ -279,7 +280,13 @@ pub(crate) async fn release<T: Tx + ?Sized>(
                     h.kind.as_str().into(),
                 ],
             )
-            .await?;
+            .await?
+            .iter()
+            .map(|r| r.get::<JobId>("id"))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let mut next = crate::store::manage::jobs(
+            crate::store::manage::rows_by_ids(tx, &handed).await?,
+        )?;
         if let Some(next) = next.pop() {
             let moved = tx
                 .execute(
@@ -320,37 +327,31 @@ pub(crate) struct HandTo {
 // queue or the key is paused, or when the finished job holds no slot of the key. On PostgreSQL a
 // waiter another transaction has locked (a claim or a wake-up on it) is passed over.
 static HAND_JOB: Sql = Sql::per_backend(
-    JOBS,
-    concat!(
-        "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = $1,
+    LIVE,
+        "UPDATE onus_live SET state = 'running', attempt = attempt + 1, attempted_at = $1,
             lease_owner = $2, lease_expires_at = $3, cancel_requested = 0, lease_wait = 0,
             run_at = min(created_at, $1)
          WHERE id = (
-            SELECT id FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait = 1
+            SELECT id FROM onus_live WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait = 1
               AND id != $5
               AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
               AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
               AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
             ORDER BY run_at LIMIT 1)
            AND queue = $6 AND kind = $7
-         RETURNING ",
-        job_cols!()
-    ),
-    concat!(
-        "UPDATE onus_jobs SET state = 'running', attempt = attempt + 1, attempted_at = $1,
+         RETURNING id",
+        "UPDATE onus_live SET state = 'running', attempt = attempt + 1, attempted_at = $1,
             lease_owner = $2, lease_expires_at = $3, cancel_requested = false, lease_wait = false,
             run_at = LEAST(created_at, $1)
          WHERE id = (
-            SELECT id FROM onus_jobs WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait
+            SELECT id FROM onus_live WHERE lease_key = $4 AND state = 'snoozed' AND lease_wait
               AND id != $5
               AND NOT EXISTS (SELECT 1 FROM onus_queues WHERE name = $6 AND paused_at IS NOT NULL)
               AND NOT EXISTS (SELECT 1 FROM onus_key_pauses WHERE key = $4 AND until > $1)
               AND EXISTS (SELECT 1 FROM onus_leases WHERE key = $4 AND job_id = $5)
             ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED)
            AND queue = $6 AND kind = $7
-         RETURNING ",
-        job_cols!()
-    ),
+         RETURNING id",
 );
 
 // The finished job's ($4) slot of key $3, now the handed job's ($1) until $2.
@@ -367,13 +368,13 @@ static SLOTS: Sql = Sql::per_backend(
     "SELECT key, slot, job_id, busy_until FROM onus_leases WHERE key IN (SELECT value FROM json_each($1))
      UNION ALL SELECT key, -1, 0, until FROM onus_key_pauses
         WHERE key IN (SELECT value FROM json_each($1)) AND until > $2
-     UNION ALL SELECT k.value, -2, 0, (SELECT MAX(run_at) FROM onus_jobs
+     UNION ALL SELECT k.value, -2, 0, (SELECT MAX(run_at) FROM onus_live
             WHERE lease_key = k.value AND state = 'snoozed' AND lease_wait = 1) AS last
         FROM json_each($1) k WHERE last IS NOT NULL",
     "SELECT key, slot, job_id, busy_until FROM onus_leases WHERE key = ANY($1)
      UNION ALL SELECT key, -1, 0, until FROM onus_key_pauses WHERE key = ANY($1) AND until > $2
      UNION ALL SELECT k, -2, 0, w.run_at FROM unnest($1::text[]) AS k,
-        LATERAL (SELECT run_at FROM onus_jobs WHERE lease_key = k AND state = 'snoozed' AND lease_wait
+        LATERAL (SELECT run_at FROM onus_live WHERE lease_key = k AND state = 'snoozed' AND lease_wait
                  ORDER BY run_at DESC LIMIT 1) w",
 );
 
@@ -415,16 +416,16 @@ static TAKE_HELD: Sql = Sql::per_backend(
 // (PostgreSQL only: on SQLite's one writer a release runs wholly before or after a claim, and
 // sees its waiters.)
 static WAKE_FREE: Sql = Sql::new(
-    JOBS,
+    LIVE,
     "WITH k AS (SELECT key, slots FROM unnest($1::text[], $2::bigint[]) AS u(key, slots)),
      live AS (SELECT l.key FROM onus_leases l JOIN k ON l.key = k.key WHERE l.busy_until > $3
               FOR KEY SHARE OF l),
      f AS (SELECT k.key, k.slots - (SELECT count(*) FROM live WHERE live.key = k.key)
-                 - (SELECT count(*) FROM onus_jobs d WHERE d.lease_key = k.key AND d.state = 'snoozed'
+                 - (SELECT count(*) FROM onus_live d WHERE d.lease_key = k.key AND d.state = 'snoozed'
                       AND d.lease_wait AND d.run_at <= $3) AS free FROM k),
      woken AS (
-        UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $3)
-        FROM f, LATERAL (SELECT w.id FROM onus_jobs w
+        UPDATE onus_live j SET run_at = LEAST(j.created_at, $3)
+        FROM f, LATERAL (SELECT w.id FROM onus_live w
                          WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $3
                          ORDER BY w.run_at LIMIT GREATEST(f.free, 0) FOR UPDATE SKIP LOCKED) w
         WHERE j.id = w.id RETURNING j.queue)
@@ -436,13 +437,13 @@ static WAKE_FREE: Sql = Sql::new(
 // counted is given back; nothing goes into the job's history. The row is found by its id, with
 // state and owner compared through coalesce() (see the batch finish on PostgreSQL).
 static WAIT: Sql = Sql::per_backend(
-    JOBS,
-    "UPDATE onus_jobs SET state = w.state, run_at = w.run_at, lease_wait = 1, attempt = attempt - 1,
+    LIVE,
+    "UPDATE onus_live SET state = w.state, run_at = w.run_at, lease_wait = 1, attempt = attempt - 1,
         lease_owner = NULL, lease_expires_at = NULL
      FROM (SELECT i.value AS id, s.value AS state, r.value AS run_at FROM json_each($1) i
            JOIN json_each($2) s ON s.key = i.key JOIN json_each($3) r ON r.key = i.key) AS w
-     WHERE onus_jobs.id = w.id AND onus_jobs.state = 'running' AND onus_jobs.lease_owner = $4",
-    "UPDATE onus_jobs j SET state = w.state, run_at = w.run_at, lease_wait = true, attempt = j.attempt - 1,
+     WHERE onus_live.id = w.id AND onus_live.state = 'running' AND onus_live.lease_owner = $4",
+    "UPDATE onus_live j SET state = w.state, run_at = w.run_at, lease_wait = true, attempt = j.attempt - 1,
         lease_owner = NULL, lease_expires_at = NULL
      FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS w(id, state, run_at)
      WHERE j.id = w.id AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4",

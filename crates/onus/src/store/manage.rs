@@ -5,7 +5,7 @@
 use crate::clock::Timestamp;
 use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState, Progress};
 use crate::sql::{Backend, FromRow, Json, Row, Sql, Tx, Value};
-use crate::store::{CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult};
+use crate::store::{counts, CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult};
 
 /// Every column of a job.
 pub(crate) const JOB_COLS: &str = job_cols!();
@@ -185,6 +185,25 @@ static GET: Sql = Sql::new(
     concat!("SELECT ", job_cols!(), " FROM onus_jobs WHERE id = $1"),
 );
 
+static BY_IDS: Sql = Sql::per_backend(
+    "onus_jobs",
+    concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM onus_jobs WHERE id IN (SELECT value FROM json_each($1))"
+    ),
+    concat!("SELECT ", job_cols!(), " FROM onus_jobs WHERE id = ANY($1)"),
+);
+
+/// The jobs `ids` as rows, in no order (a write of `onus_live` that returned their ids reads the
+/// rest of each job here).
+pub(crate) async fn rows_by_ids<T: Tx + ?Sized>(tx: &T, ids: &[JobId]) -> StoreResult<Vec<Row>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    tx.query(&BY_IDS, &[Value::list(ids.iter().copied())]).await
+}
+
 /// Job `id`, if there is one.
 pub(crate) async fn get<T: Tx + ?Sized>(tx: &T, id: JobId) -> StoreResult<Option<Job>> {
     tx.fetch_opt(&GET, &[id.into()]).await
@@ -225,19 +244,22 @@ pub(crate) async fn count<T: Tx + ?Sized>(tx: &T, filter: &JobFilter) -> StoreRe
         .map_or(Ok(0), |r| r.get::<i64>("n").map(|n| n as u64))
 }
 
+// Found among the narrow rows of running jobs by lease end (see migration 10).
 static EXPIRED: Sql = Sql::per_backend(
-    "onus_jobs",
+    "onus_live",
     concat!(
         "SELECT ",
         job_cols!(),
-        " FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
-         AND kind IN (SELECT value FROM json_each($2)) ORDER BY lease_expires_at LIMIT $3"
+        " FROM onus_jobs WHERE id IN (SELECT id FROM onus_live WHERE state = 'running' AND lease_expires_at < $1
+         AND kind IN (SELECT value FROM json_each($2)) ORDER BY lease_expires_at LIMIT $3)
+         ORDER BY lease_expires_at"
     ),
     concat!(
         "SELECT ",
         job_cols!(),
-        " FROM onus_jobs WHERE state = 'running' AND lease_expires_at < $1
-         AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3"
+        " FROM onus_jobs WHERE id IN (SELECT id FROM onus_live WHERE state = 'running' AND lease_expires_at < $1
+         AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3)
+         ORDER BY lease_expires_at"
     ),
 );
 
@@ -263,36 +285,105 @@ macro_rules! retry_states {
 
 const RETRY_STATES: &str = retry_states!();
 
-static RETRY: Sql = Sql::per_backend(
-    "onus_jobs",
-    concat!(
-        "UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = MAX(max_attempts, attempt + 1),
-            finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
-            cancel_requested = 0, lease_wait = 0
-         WHERE id IN (SELECT value FROM json_each($2)) AND ",
-        retry_states!(),
-        " AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
-                WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
-                  AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
-         RETURNING id"
-    ),
-    concat!(
-        "WITH retried AS (
-            UPDATE onus_jobs SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),
-                finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                cancel_requested = false, lease_wait = false
-            WHERE id = ANY($2) AND ",
-        retry_states!(),
-        " AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_jobs o
-                   WHERE o.kind = onus_jobs.kind AND o.unique_key = onus_jobs.unique_key AND o.id != onus_jobs.id
-                     AND o.state NOT IN ('completed', 'discarded', 'cancelled')))
-            RETURNING id, queue
-         ), woken AS (
-            SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM retried) q
-         )
-         SELECT id, (SELECT count(*) FROM woken) FROM retried"
-    ),
+// Manual retries (see migration 10 for the two tables). A job still unfinished (retryable,
+// scheduled, snoozed) is made due in its narrow row ($2: the ids chosen), its row's ending
+// cleared; a finished one (discarded, cancelled) gets a narrow row again, unless an unfinished
+// job of its kind holds its unique key.
+static RETRY_LIVE: Sql = Sql::per_backend(
+    "onus_live",
+    "UPDATE onus_live SET state = 'available', run_at = $1, lease_owner = NULL, lease_expires_at = NULL,
+        cancel_requested = 0, lease_wait = 0
+     WHERE id IN (SELECT value FROM json_each($2)) AND state IN ('retryable', 'scheduled', 'snoozed')
+     RETURNING id, queue, attempt",
+    "UPDATE onus_live SET state = 'available', run_at = $1, lease_owner = NULL, lease_expires_at = NULL,
+        cancel_requested = false, lease_wait = false
+     WHERE id = ANY($2) AND state IN ('retryable', 'scheduled', 'snoozed')
+     RETURNING id, queue, attempt",
 );
+
+static RETRY_ROW: Sql = Sql::per_backend(
+    "onus_job_rows",
+    "UPDATE onus_job_rows SET max_attempts = MAX(max_attempts, $1 + 1), finalized_at = NULL,
+        discard_reason = NULL WHERE id = $2",
+    "UPDATE onus_job_rows SET max_attempts = GREATEST(max_attempts, $1 + 1), finalized_at = NULL,
+        discard_reason = NULL WHERE id = $2",
+);
+
+static REVIVABLE: Sql = Sql::per_backend(
+    "onus_job_rows",
+    "SELECT id, queue, kind, state FROM onus_job_rows j
+     WHERE id IN (SELECT value FROM json_each($1)) AND state IN ('discarded', 'cancelled')
+       AND NOT EXISTS (SELECT 1 FROM onus_live l WHERE l.id = j.id)
+       AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_live o
+            WHERE o.kind = j.kind AND o.unique_key = j.unique_key))",
+    "SELECT id, queue, kind, state FROM onus_job_rows j
+     WHERE id = ANY($1) AND state IN ('discarded', 'cancelled')
+       AND NOT EXISTS (SELECT 1 FROM onus_live l WHERE l.id = j.id)
+       AND (unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM onus_live o
+            WHERE o.kind = j.kind AND o.unique_key = j.unique_key))
+     FOR UPDATE",
+);
+
+static REVIVE_LIVE: Sql = Sql::new(
+    "onus_live",
+    "INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, attempted_at, lease_key,
+                            rate_key, unique_key)
+     SELECT id, queue, kind, priority, 'available', $1, created_at, attempt, attempted_at, lease_key, rate_key,
+            unique_key
+     FROM onus_job_rows WHERE id = $2",
+);
+
+static REVIVE_ROW: Sql = Sql::per_backend(
+    "onus_job_rows",
+    "UPDATE onus_job_rows SET state = 'available', run_at = $1, max_attempts = MAX(max_attempts, attempt + 1),
+        finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+        cancel_requested = 0, lease_wait = 0
+     WHERE id = $2",
+    "UPDATE onus_job_rows SET state = 'available', run_at = $1, max_attempts = GREATEST(max_attempts, attempt + 1),
+        finalized_at = NULL, discard_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+        cancel_requested = false, lease_wait = false
+     WHERE id = $2",
+);
+
+static NOTIFY_QUEUES: Sql = Sql::new(
+    "onus_jobs",
+    "SELECT pg_notify('onus_jobs', q) FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) d",
+);
+
+/// Retries `chosen` at `now` (see [`RETRY_LIVE`]): the ids retried, and on PostgreSQL the
+/// workers of their queues told.
+async fn retry_chosen<T: Tx + ?Sized>(
+    tx: &T,
+    chosen: &[JobId],
+    now: Timestamp,
+) -> StoreResult<Vec<JobId>> {
+    let list = Value::list(chosen.iter().copied());
+    let mut retried = Vec::new();
+    let mut queues: Vec<String> = Vec::new();
+    for r in tx.query(&RETRY_LIVE, &[now.into(), list.clone()]).await? {
+        let (id, attempt): (JobId, i64) = (r.get("id")?, r.get("attempt")?);
+        tx.execute(&RETRY_ROW, &[attempt.into(), id.into()]).await?;
+        retried.push(id);
+        queues.push(r.get("queue")?);
+    }
+    let revived = tx.query(&REVIVABLE, std::slice::from_ref(&list)).await?;
+    for r in &revived {
+        let id: JobId = r.get("id")?;
+        tx.execute(&REVIVE_LIVE, &[now.into(), id.into()]).await?;
+        tx.execute(&REVIVE_ROW, &[now.into(), id.into()]).await?;
+        let state: String = r.get("state")?;
+        let (queue, kind): (String, String) = (r.get("queue")?, r.get("kind")?);
+        counts::add(tx, &queue, &kind, &state, None, -1).await?;
+        counts::add(tx, &queue, &kind, "available", None, 1).await?;
+        retried.push(id);
+        queues.push(queue);
+    }
+    if tx.backend() == Backend::Postgres && !queues.is_empty() {
+        tx.query(&NOTIFY_QUEUES, &[Value::list(queues)]).await?;
+    }
+    retried.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(retried)
+}
 
 /// Makes the jobs matching `filter` that can run again due at `now` (on PostgreSQL waking the
 /// workers of their queues); a job whose unique key an unfinished job holds is refused.
@@ -304,13 +395,9 @@ pub(crate) async fn retry<T: Tx + ?Sized>(
     let b = tx.backend();
     let mut p = Vec::new();
     let cond = conditions(b, filter, &mut p);
-    let lock = if b == Backend::Postgres {
-        " FOR UPDATE"
-    } else {
-        ""
-    };
+    // Not locked (a view of two tables): the writes check each job's state again.
     let text = format!(
-        "SELECT id, kind, unique_key FROM onus_jobs WHERE {RETRY_STATES}{cond} ORDER BY id DESC{lock}"
+        "SELECT id, kind, unique_key FROM onus_jobs WHERE {RETRY_STATES}{cond} ORDER BY id DESC"
     );
     let candidates = tx
         .query(&built(b, text), &p)
@@ -319,13 +406,7 @@ pub(crate) async fn retry<T: Tx + ?Sized>(
         .map(|r| Ok((r.get("id")?, r.get("kind")?, r.get("unique_key")?)))
         .collect::<StoreResult<Vec<(JobId, String, Option<String>)>>>()?;
     let (chosen, mut refused) = pick_retries(&candidates, &mut RetriedKeys::new());
-    let retried = ids(
-        tx,
-        &RETRY,
-        &[now.into(), Value::list(chosen.iter().copied())],
-    )
-    .await
-    .map_err(|e| match e {
+    let retried = retry_chosen(tx, &chosen, now).await.map_err(|e| match e {
         e if e.is_unique_violation() => StoreError::Conflict(
             "another unfinished job of the same kind took the unique key meanwhile; try again"
                 .into(),
@@ -352,29 +433,53 @@ pub(crate) async fn cancel<T: Tx + ?Sized>(
     let (mut p, entry) = match b {
         Backend::Sqlite => (
             vec![now.into(), now.to_rfc3339().into()],
-            "json_insert(errors, '$[#]', json_object('at', $2, 'attempt', attempt, 'class', 'cancelled', \
+            "json_insert(errors, '$[#]', json_object('at', $2, 'attempt', l.attempt, 'class', 'cancelled', \
              'message', 'cancelled by request'))",
         ),
         Backend::Postgres => (
             vec![now.into()],
             "errors || jsonb_build_array(jsonb_build_object('at', to_jsonb($1::timestamptz), \
-             'attempt', attempt, 'class', 'cancelled', 'message', 'cancelled by request'))",
+             'attempt', l.attempt, 'class', 'cancelled', 'message', 'cancelled by request'))",
         ),
     };
     let cond = conditions(b, filter, &mut p);
+    // The job's row takes its ending from its narrow row, which goes (see migration 10).
     let text = format!(
-        "UPDATE onus_jobs SET state = 'cancelled', finalized_at = $1, errors = {entry}
-         WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond} RETURNING id"
+        "UPDATE onus_job_rows SET state = 'cancelled', finalized_at = $1, errors = {entry},
+            attempt = l.attempt, attempted_at = l.attempted_at, run_at = l.run_at, lease_wait = {no},
+            lease_owner = NULL, lease_expires_at = NULL
+         FROM onus_live l
+         WHERE l.id = onus_job_rows.id AND l.state IN ('available', 'scheduled', 'retryable', 'snoozed')
+           AND l.id IN (SELECT id FROM onus_jobs WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond})
+         RETURNING onus_job_rows.id, onus_job_rows.queue, onus_job_rows.kind",
+        no = if b == Backend::Sqlite { "0" } else { "false" },
     );
-    let cancelled = ids(tx, &built(b, text), &p).await?;
+    let rows = tx.query(&built(b, text), &p).await?;
+    let cancelled: Vec<JobId> = rows.iter().map(|r| r.get("id")).collect::<StoreResult<_>>()?;
+    if !cancelled.is_empty() {
+        let gone = Sql::built(
+            "onus_live",
+            b,
+            match b {
+                Backend::Sqlite => "DELETE FROM onus_live WHERE id IN (SELECT value FROM json_each($1))",
+                Backend::Postgres => "DELETE FROM onus_live WHERE id = ANY($1)",
+            }
+            .into(),
+        );
+        tx.execute(&gone, &[Value::list(cancelled.iter().copied())])
+            .await?;
+        counts::grouped(tx, "cancelled", None, 1, &rows).await?;
+    }
     let mut p = Vec::new();
     let cond = conditions(b, filter, &mut p);
     let text = match b {
-        Backend::Sqlite => {
-            format!("UPDATE onus_jobs SET cancel_requested = 1 WHERE state = 'running'{cond} RETURNING id")
-        }
+        Backend::Sqlite => format!(
+            "UPDATE onus_live SET cancel_requested = 1 WHERE state = 'running'
+               AND id IN (SELECT id FROM onus_jobs WHERE state = 'running'{cond}) RETURNING id"
+        ),
         Backend::Postgres => format!(
-            "WITH r AS (UPDATE onus_jobs SET cancel_requested = true WHERE state = 'running'{cond} RETURNING id)
+            "WITH r AS (UPDATE onus_live SET cancel_requested = true WHERE state = 'running'
+                          AND id IN (SELECT id FROM onus_jobs WHERE state = 'running'{cond}) RETURNING id)
              SELECT id, pg_notify('onus_cancel', id::text) IS NULL FROM r"
         ),
     };
@@ -395,10 +500,26 @@ pub(crate) async fn delete<T: Tx + ?Sized>(tx: &T, filter: &JobFilter) -> StoreR
     let b = tx.backend();
     let mut p = Vec::new();
     let cond = conditions(b, filter, &mut p);
+    // A finished job has no narrow row (see migration 10): its row says how it ended.
     let text = format!(
-        "DELETE FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){cond} RETURNING id"
+        "DELETE FROM onus_job_rows WHERE state IN ('completed', 'discarded', 'cancelled')
+           AND NOT EXISTS (SELECT 1 FROM onus_live l WHERE l.id = onus_job_rows.id)
+           AND id IN (SELECT id FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){cond})
+         RETURNING id, queue, kind, state"
     );
-    let deleted = ids(tx, &built(b, text), &p).await?;
+    let rows = tx.query(&built(b, text), &p).await?;
+    let mut deleted = Vec::with_capacity(rows.len());
+    for state in ["completed", "discarded", "cancelled"] {
+        let mine: Vec<crate::sql::Row> = rows
+            .iter()
+            .filter(|r| r.get::<String>("state").is_ok_and(|s| s == state))
+            .cloned()
+            .collect();
+        counts::removed(tx, state, &mine).await?;
+    }
+    for r in &rows {
+        deleted.push(r.get("id")?);
+    }
     if deleted.is_empty() {
         if let Some(id) = single_id(filter) {
             return Err(delete_refusal(id, get(tx, id).await?.as_ref()));

@@ -33,7 +33,7 @@ mod group;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
 fn claim_sql(text: String) -> Sql {
-    Sql::for_backend("onus_jobs", Backend::Postgres, text)
+    Sql::for_backend("onus_live", Backend::Postgres, text)
 }
 
 /// The claim that scans the available jobs from their start.
@@ -445,9 +445,12 @@ pub(crate) async fn insert_bulk(
     let owners: Vec<Option<&str>> = claims.iter().map(|c| c.map(|c| c.owner.as_str())).collect();
     let lease_until: Vec<Option<Timestamp>> =
         claims.iter().map(|c| c.map(|c| c.lease_until)).collect();
-    let sql = format!(
-            "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags,
-                                    attempt, attempted_at, lease_owner, lease_expires_at, rate_key)
+    // The job rows, their narrow rows in onus_live (see migration 10) and their count, in one
+    // statement.
+    let written = format!(
+        "WITH ins AS (
+            INSERT INTO onus_job_rows (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key,
+                                       tags, attempt, attempted_at, lease_owner, lease_expires_at, rate_key)
              SELECT kind, queue, args, priority, CASE WHEN took THEN 'running' ELSE state END, max_attempts, run_at,
                     created_at, lease_key, tags, CASE WHEN took THEN 1 ELSE 0 END,
                     CASE WHEN took THEN claim_at END, CASE WHEN took THEN owner END,
@@ -461,22 +464,29 @@ pub(crate) async fn insert_bulk(
                                              lease_key, tags, take, claim_at, owner, lease_until, rate_key,
                                              ord)) s
              ORDER BY ord
-             RETURNING {JOB_COLS}"
-        );
+             RETURNING {JOB_COLS}, rate_key
+         ), live AS (
+            INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, attempted_at,
+                                   lease_key, rate_key, lease_owner, lease_expires_at)
+            SELECT id, queue, kind, priority, state, run_at, created_at, attempt, attempted_at, lease_key, rate_key,
+                   lease_owner, lease_expires_at FROM ins
+         ), counted AS (
+            INSERT INTO onus_job_deltas (queue, kind, state, n) SELECT queue, kind, state, count(*) FROM ins GROUP BY 1, 2, 3
+         )"
+    );
     // With `notify`, the one statement also tells idle workers of the queues it filled (at its
     // commit), so an insert on its own is one round trip and one commit.
     let sql = if notify {
         format!(
-            "WITH ins AS ({sql}),
-                  woke AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM ins WHERE state = 'available') w)
+            "{written}, woke AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM ins WHERE state = 'available') w)
              SELECT {JOB_COLS} FROM ins WHERE (SELECT count(*) FROM woke) >= 0"
         )
     } else {
-        sql
+        format!("{written} SELECT {JOB_COLS} FROM ins")
     };
     let got = crate::sql::postgres::query(
         e,
-        "onus_jobs",
+        "onus_job_rows",
         &sql,
         true,
         &[
@@ -628,19 +638,19 @@ impl Store for PostgresStore {
             .on_renewal_conn(async |c| {
                 c.query(
                     "WITH mine AS (
-                        SELECT id FROM onus_jobs
+                        SELECT id FROM onus_live
                         WHERE coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $1 AND id = ANY($3)
                         ORDER BY id
                         FOR UPDATE SKIP LOCKED
                      ), renewed AS (
-                        UPDATE onus_jobs j SET lease_expires_at = $2 FROM mine WHERE j.id = mine.id
+                        UPDATE onus_live j SET lease_expires_at = $2 FROM mine WHERE j.id = mine.id
                         RETURNING j.id, j.attempt, j.cancel_requested
                      ), slots AS (
                         UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
                      )
                      SELECT id, attempt, cancel_requested, true FROM renewed
                      UNION ALL
-                     SELECT id, attempt, cancel_requested, false FROM onus_jobs
+                     SELECT id, attempt, cancel_requested, false FROM onus_live
                      WHERE coalesce(state, '') = 'running' AND coalesce(lease_owner, '') = $1 AND id = ANY($3)
                        AND id NOT IN (SELECT id FROM mine)",
                     &[&owner, &lease_until, &ids],
@@ -885,25 +895,33 @@ pub(crate) async fn finish_batch(
             .collect();
         let stmt = tx
             .prepare_cached(
-                "WITH done AS (
-                    UPDATE onus_jobs j SET state = 'completed', finalized_at = $1, lease_owner = NULL, lease_expires_at = NULL
-                    FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) WITH ORDINALITY AS u(id, attempt, owner, release, ord)
-                    WHERE j.id = u.id AND j.attempt = u.attempt AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = u.owner
-                    RETURNING j.id, u.release, u.ord
+                "WITH gone AS (
+                    DELETE FROM onus_live l
+                    USING unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) WITH ORDINALITY AS u(id, attempt, owner, release, ord)
+                    WHERE l.id = u.id AND l.attempt = u.attempt AND coalesce(l.state, '') = 'running' AND coalesce(l.lease_owner, '') = u.owner
+                    RETURNING l.id, l.queue, l.kind, l.attempt, l.attempted_at, l.run_at, l.cancel_requested, u.release, u.ord
+                 ), done AS (
+                    UPDATE onus_job_rows j SET state = 'completed', finalized_at = $1, attempt = g.attempt,
+                        attempted_at = g.attempted_at, run_at = g.run_at, lease_owner = NULL, lease_expires_at = NULL,
+                        cancel_requested = g.cancel_requested, lease_wait = false
+                    FROM gone g WHERE j.id = g.id
+                 ), counted AS (
+                    INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
+                    SELECT queue, kind, 'completed', date_trunc('minute', $1::timestamptz), count(*) FROM gone GROUP BY queue, kind
                  ), freed AS (
-                    DELETE FROM onus_leases l USING done d
+                    DELETE FROM onus_leases l USING gone d
                     WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
                     RETURNING l.key
                  ), woken AS (
-                    UPDATE onus_jobs j SET run_at = LEAST(j.created_at, $1)
+                    UPDATE onus_live j SET run_at = LEAST(j.created_at, $1)
                     FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
-                         LATERAL (SELECT w.id FROM onus_jobs w
+                         LATERAL (SELECT w.id FROM onus_live w
                                   WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
                                   ORDER BY w.run_at LIMIT f.n FOR UPDATE SKIP LOCKED) w
                     WHERE j.id = w.id
                     RETURNING j.queue
                  )
-                 SELECT ord, false FROM done
+                 SELECT ord, false FROM gone
                  UNION ALL
                  SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
             )

@@ -28,7 +28,7 @@ pub use rusqlite;
 const CLAIM_SQL: &str = include_str!("claim.sql");
 
 static CLAIM: std::sync::LazyLock<Sql> =
-    std::sync::LazyLock::new(|| Sql::for_backend("onus_jobs", Backend::Sqlite, CLAIM_SQL.into()));
+    std::sync::LazyLock::new(|| Sql::for_backend("onus_live", Backend::Sqlite, CLAIM_SQL.into()));
 
 /// The claim when some of its kinds are capped: the due jobs of every kind ranked in one order,
 /// each capped kind's taking at most its room ($7, a JSON object of kind to room), so a capped
@@ -36,7 +36,7 @@ static CLAIM: std::sync::LazyLock<Sql> =
 static CLAIM_CAPPED: std::sync::LazyLock<Sql> = std::sync::LazyLock::new(|| {
     let mut s = CLAIM_SQL.to_string();
     for (from, to) in [
-        ("SELECT id, priority, run_at FROM onus_jobs", "SELECT id, kind, priority, run_at FROM onus_jobs"),
+        ("SELECT id, priority, run_at FROM onus_live", "SELECT id, kind, priority, run_at FROM onus_live"),
         ("SELECT id, priority, run_at FROM (", "SELECT id, kind, priority, run_at FROM ("),
         (
             "SELECT id FROM (",
@@ -51,7 +51,7 @@ static CLAIM_CAPPED: std::sync::LazyLock<Sql> = std::sync::LazyLock::new(|| {
         assert!(s.contains(from), "claim.sql has {from:?}");
         s = s.replace(from, to);
     }
-    Sql::for_backend("onus_jobs", Backend::Sqlite, s)
+    Sql::for_backend("onus_live", Backend::Sqlite, s)
 });
 
 /// How hard a commit waits for the disk.
@@ -609,7 +609,16 @@ pub(crate) fn insert_run(
         }
         // One writer, and an AUTOINCREMENT key that nothing else writes during the statement:
         // the rows took consecutive ids in the order of the VALUES list, ending at the last.
-        let first = conn.last_insert_rowid() - n as JobId + 1;
+        let last = conn.last_insert_rowid();
+        let first = last - n as JobId + 1;
+        // Their narrow rows (see migration 10).
+        conn.prepare_cached(
+            "INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, lease_key, rate_key)
+             SELECT id, queue, kind, priority, state, run_at, created_at, attempt, lease_key, rate_key
+             FROM onus_job_rows WHERE id BETWEEN ?1 AND ?2",
+        )
+        .and_then(|mut s| s.execute([first, last]))
+        .map_err(job_error)?;
         out.extend(chunk.into_iter().zip(first..).map(|(r, id)| Inserted {
             job: fresh_job(id, r),
             inserted: true,
@@ -622,7 +631,7 @@ fn bulk_sql(rows: usize) -> String {
     let one = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     let values = vec![one; rows].join(", ");
     format!(
-        "INSERT INTO onus_jobs (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags, rate_key)
+        "INSERT INTO onus_job_rows (kind, queue, args, priority, state, max_attempts, run_at, created_at, lease_key, tags, rate_key)
          VALUES {values}"
     )
 }
@@ -736,8 +745,8 @@ impl Store for SqliteStore {
 }
 
 static RENEW: Sql = Sql::new(
-    "onus_jobs",
-    "UPDATE onus_jobs SET lease_expires_at = $1
+    "onus_live",
+    "UPDATE onus_live SET lease_expires_at = $1
      WHERE state = 'running' AND lease_owner = $2 AND id IN (SELECT value FROM json_each($3))
      RETURNING id, attempt, cancel_requested",
 );
