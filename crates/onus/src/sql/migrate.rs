@@ -357,7 +357,7 @@ pub const ONE_BACKEND_ONLY: &[(&str, &str)] = &[
 static COLUMNS: Sql = Sql::per_backend(
     "the schema",
     "SELECT m.name || '.' || p.name AS col FROM sqlite_master m, pragma_table_info(m.name) p
-     WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' ORDER BY 1",
+     WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite_%' ORDER BY 1",
     "SELECT table_name || '.' || column_name AS col FROM information_schema.columns
      WHERE table_schema = current_schema() ORDER BY 1",
 );

@@ -124,10 +124,10 @@ pub(crate) async fn concurrent_inserts_each_get_their_own_rows_and_a_refused_row
 ) {
     let w = world(backend).await;
     w.db.batch_execute(if backend == Backend::Sqlite {
-        "CREATE TRIGGER poisoned_row BEFORE INSERT ON onus_jobs WHEN NEW.kind = 'poison'
+        "CREATE TRIGGER poisoned_row BEFORE INSERT ON onus_job_rows WHEN NEW.kind = 'poison'
          BEGIN SELECT RAISE(ABORT, 'poisoned row'); END"
     } else {
-        "ALTER TABLE onus_jobs ADD CONSTRAINT poisoned_row CHECK (kind <> 'poison')"
+        "ALTER TABLE onus_job_rows ADD CONSTRAINT poisoned_row CHECK (kind <> 'poison')"
     })
     .await;
     let refused = |i: usize| i == 13 || i == 40 || i == 57;

@@ -160,7 +160,7 @@ pub(crate) async fn a_corrupted_job_row_is_an_error_naming_its_column(backend: B
     let w = world(backend).await;
     let j = w.insert(w.row("a")).await;
     let sql = format!(
-        "UPDATE onus_jobs SET errors = '{{\"not\": \"a list\"}}' WHERE id = {}",
+        "UPDATE onus_job_rows SET errors = '{{\"not\": \"a list\"}}' WHERE id = {}",
         j.id
     );
     w.db.batch_execute(&sql).await;
