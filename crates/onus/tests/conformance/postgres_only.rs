@@ -504,7 +504,7 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
         .await
         .unwrap();
     let db = sql(&env.url).await;
-    db.batch_execute("ANALYZE onus_jobs; SET enable_seqscan = off")
+    db.batch_execute("ANALYZE onus_live; SET enable_seqscan = off")
         .await
         .unwrap();
     let claim = include_str!("../../src/store/postgres/claim.sql");
@@ -521,9 +521,10 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
         .map(|r| r.get(0))
         .collect();
     let text = plan.join("\n");
-    assert!(text.contains("onus_jobs_available"), "{text}");
-    assert!(text.contains("onus_jobs_delayed"), "{text}");
-    assert!(!text.contains("Seq Scan on onus_jobs"), "{text}");
+    assert!(text.contains("onus_live_available"), "{text}");
+    assert!(text.contains("onus_live_delayed"), "{text}");
+    assert!(!text.contains("Seq Scan on onus_live"), "{text}");
+    assert!(!text.contains("Seq Scan on onus_job_rows"), "{text}");
 }
 
 /// A process whose database connection freezes (a proxy that stops
@@ -744,7 +745,7 @@ async fn regression_a_renewal_skips_a_row_being_written_instead_of_waiting() {
     let mut lock = sql(&env.url).await;
     let tx = lock.transaction().await.unwrap();
     tx.execute(
-        "SELECT 1 FROM onus_jobs WHERE id = $1 FOR UPDATE",
+        "SELECT 1 FROM onus_live WHERE id = $1 FOR UPDATE",
         &[&locked],
     )
     .await
@@ -842,7 +843,7 @@ async fn regression_a_pull_heartbeat_on_a_locked_row_is_not_lease_lost() {
     let mut lock = sql(&env.url).await;
     // Held for longer than a heartbeat waits: "try again", a service fault, not a conflict.
     let tx = lock.transaction().await.unwrap();
-    tx.execute("SELECT 1 FROM onus_jobs WHERE id = $1 FOR UPDATE", &[&id])
+    tx.execute("SELECT 1 FROM onus_live WHERE id = $1 FOR UPDATE", &[&id])
         .await
         .unwrap();
     let refused = client.heartbeat_lease(id, &token, None).await.unwrap_err();

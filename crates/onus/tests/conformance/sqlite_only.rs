@@ -99,10 +99,10 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
         .collect::<Result<_, _>>()
         .unwrap();
     let text = plan.join("\n");
-    assert!(text.contains("USING INDEX onus_jobs_available"), "{text}");
-    assert!(text.contains("USING INDEX onus_jobs_delayed"), "{text}");
+    assert!(text.contains("USING INDEX onus_live_available"), "{text}");
+    assert!(text.contains("USING INDEX onus_live_delayed"), "{text}");
     assert!(
-        !text.contains("SCAN onus_jobs"),
+        !text.contains("SCAN onus_live") && !text.contains("SCAN onus_job_rows"),
         "a claim never scans the jobs table:\n{text}"
     );
 }
