@@ -284,9 +284,8 @@ pub(crate) async fn release<T: Tx + ?Sized>(
             .iter()
             .map(|r| r.get::<JobId>("id"))
             .collect::<StoreResult<Vec<_>>>()?;
-        let mut next = crate::store::manage::jobs(
-            crate::store::manage::rows_by_ids(tx, &handed).await?,
-        )?;
+        let mut next =
+            crate::store::manage::jobs(crate::store::manage::rows_by_ids(tx, &handed).await?)?;
         if let Some(next) = next.pop() {
             let moved = tx
                 .execute(
@@ -328,7 +327,7 @@ pub(crate) struct HandTo {
 // waiter another transaction has locked (a claim or a wake-up on it) is passed over.
 static HAND_JOB: Sql = Sql::per_backend(
     LIVE,
-        "UPDATE onus_live SET state = 'running', attempt = attempt + 1, attempted_at = $1,
+    "UPDATE onus_live SET state = 'running', attempt = attempt + 1, attempted_at = $1,
             lease_owner = $2, lease_expires_at = $3, cancel_requested = 0, lease_wait = 0,
             run_at = min(created_at, $1)
          WHERE id = (
@@ -340,7 +339,7 @@ static HAND_JOB: Sql = Sql::per_backend(
             ORDER BY run_at LIMIT 1)
            AND queue = $6 AND kind = $7
          RETURNING id",
-        "UPDATE onus_live SET state = 'running', attempt = attempt + 1, attempted_at = $1,
+    "UPDATE onus_live SET state = 'running', attempt = attempt + 1, attempted_at = $1,
             lease_owner = $2, lease_expires_at = $3, cancel_requested = false, lease_wait = false,
             run_at = LEAST(created_at, $1)
          WHERE id = (

@@ -194,7 +194,10 @@ pub(crate) async fn prune<T: Tx + ?Sized>(
         ("cancelled", discarded_before),
     ] {
         let rows = tx
-            .query(&PRUNE_IN_STATE, &[state.into(), before.into(), limit.into()])
+            .query(
+                &PRUNE_IN_STATE,
+                &[state.into(), before.into(), limit.into()],
+            )
             .await?;
         n += rows.len() as u64;
         super::counts::removed(tx, state, &rows).await?;

@@ -5,7 +5,9 @@
 use crate::clock::Timestamp;
 use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState, Progress};
 use crate::sql::{Backend, FromRow, Json, Row, Sql, Tx, Value};
-use crate::store::{counts, CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult};
+use crate::store::{
+    counts, CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult,
+};
 
 /// Every column of a job.
 pub(crate) const JOB_COLS: &str = job_cols!();
@@ -455,13 +457,18 @@ pub(crate) async fn cancel<T: Tx + ?Sized>(
         no = if b == Backend::Sqlite { "0" } else { "false" },
     );
     let rows = tx.query(&built(b, text), &p).await?;
-    let cancelled: Vec<JobId> = rows.iter().map(|r| r.get("id")).collect::<StoreResult<_>>()?;
+    let cancelled: Vec<JobId> = rows
+        .iter()
+        .map(|r| r.get("id"))
+        .collect::<StoreResult<_>>()?;
     if !cancelled.is_empty() {
         let gone = Sql::built(
             "onus_live",
             b,
             match b {
-                Backend::Sqlite => "DELETE FROM onus_live WHERE id IN (SELECT value FROM json_each($1))",
+                Backend::Sqlite => {
+                    "DELETE FROM onus_live WHERE id IN (SELECT value FROM json_each($1))"
+                }
                 Backend::Postgres => "DELETE FROM onus_live WHERE id = ANY($1)",
             }
             .into(),

@@ -25,6 +25,7 @@ mod keys;
 mod maintenance;
 mod manage;
 mod periodic;
+mod upgrade;
 
 const OWNER: &str = "suite-owner";
 
@@ -158,5 +159,8 @@ onus_testkit::both!(setup = crate::on;
         leadership_is_held_by_one_until_it_expires,
         migrations_are_recorded_per_line,
         counters_and_history_follow_every_change_folded_or_not,
+    ],
+    upgrade: [
+        a_database_at_migration_9_upgrades_in_place,
     ],
 );
