@@ -125,3 +125,17 @@ CREATE TRIGGER onus_live_counted_delete AFTER DELETE ON onus_live
 CREATE TRIGGER onus_live_counted_update AFTER UPDATE ON onus_live
     REFERENCING OLD TABLE AS onus_old NEW TABLE AS onus_new
     FOR EACH STATEMENT EXECUTE FUNCTION onus_live_counted_update();
+
+-- Vacuum settings for tables whose rows come and go with every job (a table's own settings,
+-- which apply whatever the server's): autovacuum visits onus_live, the counters' deltas and the
+-- lease slots after a fixed number of dead rows rather than a fifth of the table, at full speed
+-- (they are small: one narrow row per unfinished job). The job rows' dead versions are mostly
+-- pruned without a vacuum (HOT); what is left, and retention's deletions, are vacuumed after a
+-- twentieth of the table rather than a fifth.
+ALTER TABLE onus_live SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+                           autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0.05);
+ALTER TABLE onus_job_deltas SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000,
+                                 autovacuum_vacuum_cost_delay = 0);
+ALTER TABLE onus_leases SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000,
+                             autovacuum_vacuum_cost_delay = 0);
+ALTER TABLE onus_job_rows SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
