@@ -322,7 +322,7 @@ pub(crate) async fn throughput_probed(
 
 /// A worker process with `slots` handler slots, its stdin and stdout; with `report_starts` it
 /// prints `start <unix µs>` as each handler starts (a latency run's other-process worker).
-fn spawn_worker(
+pub(crate) fn spawn_worker(
     cfg: &Config,
     slots: usize,
     report_starts: bool,

@@ -11,11 +11,19 @@
 //! - **longtx**: the same throughput run with and without another session holding a snapshot
 //!   open from before the workers start until they stop (PostgreSQL: `REPEATABLE READ`; SQLite: a
 //!   read transaction on another connection), with the dead row versions left (PostgreSQL).
+//! - **steady** (PostgreSQL; only when asked for): jobs inserted at a steady rate for minutes while
+//!   a worker process drains them, with every 10 s the jobs done, the backlog, the dead row
+//!   versions and the size of each job table, and autovacuum's passes: whether the queue keeps
+//!   up and the tables stay small.
 //!
 //! Options (all optional): `--n N` (100000), `--reps R` (3), `--slots 16,64`, `--procs 1`
 //! (worker processes; several lists cells for each), `--hold-s S` (60: the longest a snapshot is
-//! held; it ends when the run does), `--only cost,longtx` (both), `--backends sqlite,postgres`
-//! (the long-transaction cell's backends; the cost table is PostgreSQL's).
+//! held; it ends when the run does), `--only cost,longtx` (both; or `steady`), `--backends
+//! sqlite,postgres` (the long-transaction cell's backends; the cost table is PostgreSQL's),
+//! `--steady-s S` (600) and `--rate R` (10000 jobs/s) for the steady run, which uses the first of
+//! `--slots` in one process. The cluster runs with `autovacuum_naptime = 10s`, as the README
+//! advises for a queue of thousands of jobs a second, and the settings in `ONUS_BENCH_PG_SETTINGS`
+//! (space-separated `name=value`s, such as auto_explain's to log slow plans).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -28,6 +36,8 @@ use crate::contract::{throughput_probed, Config, Phase, Probe};
 use crate::suite::median;
 
 struct Opts {
+    steady: Duration,
+    rate: usize,
     n: usize,
     reps: usize,
     slots: Vec<usize>,
@@ -39,6 +49,8 @@ struct Opts {
 
 fn opts() -> Result<Opts, String> {
     let mut o = Opts {
+        steady: Duration::from_secs(600),
+        rate: 10_000,
         n: 100_000,
         reps: 3,
         slots: vec![16, 64],
@@ -61,11 +73,17 @@ fn opts() -> Result<Opts, String> {
             "--slots" => o.slots = crate::backlog::list(a, v)?,
             "--procs" => o.procs = crate::backlog::list(a, v)?,
             "--hold-s" => o.hold = Duration::from_secs(number()? as u64),
+            "--steady-s" => o.steady = Duration::from_secs(number()?.max(10) as u64),
+            "--rate" => o.rate = number()?.max(10),
             "--backends" => o.backends = crate::backlog::backends(v)?,
             "--only" => {
                 o.only = v.split(',').map(|p| p.trim().to_string()).collect();
-                if let Some(p) = o.only.iter().find(|p| *p != "cost" && *p != "longtx") {
-                    return Err(format!("--only: {p:?} is not one of cost, longtx"));
+                if let Some(p) = o
+                    .only
+                    .iter()
+                    .find(|p| !["cost", "longtx", "steady"].contains(&p.as_str()))
+                {
+                    return Err(format!("--only: {p:?} is not one of cost, longtx, steady"));
                 }
             }
             _ => return Err(format!("unknown option {a}; see onus-bench --help")),
@@ -89,9 +107,16 @@ pub fn main() -> ExitCode {
         "rows",
         (|| {
             let o = opts()?;
-            let pg = PgCluster::start_with_settings(vec![
+            // More server settings from ONUS_BENCH_PG_SETTINGS, space-separated `name=value`s (to
+            // log slow plans with auto_explain, say).
+            let mut settings: Vec<String> = vec![
                 "shared_preload_libraries=pg_stat_statements".into(),
-            ])
+                "autovacuum_naptime=10s".into(),
+            ];
+            if let Ok(more) = std::env::var("ONUS_BENCH_PG_SETTINGS") {
+                settings.extend(more.split_whitespace().map(String::from));
+            }
+            let pg = PgCluster::start_with_settings(settings)
             .map_err(|e| e.to_string())?;
             let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
             rt.block_on(run(&o, &pg))
@@ -105,6 +130,9 @@ async fn run(o: &Opts, pg: &PgCluster) -> Result<(), String> {
     }
     if o.only.iter().any(|p| p == "longtx") {
         longtx(o, pg).await?;
+    }
+    if o.only.iter().any(|p| p == "steady") {
+        steady(o, pg).await?;
     }
     Ok(())
 }
@@ -732,5 +760,152 @@ async fn longtx(o: &Opts, pg: &PgCluster) -> Result<(), String> {
         );
     }
     println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// A steady load for minutes.
+
+async fn steady(o: &Opts, pg: &PgCluster) -> Result<(), String> {
+    use std::io::{BufRead, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let url = pg.fresh_database().await.map_err(|e| e.to_string())?;
+    let store = onus::open(&url).await.map_err(|e| e.to_string())?;
+    let client = onus::Onus::builder(store.clone())
+        .build()
+        .map_err(|e| e.to_string())?
+        .client();
+    let slots = o.slots.first().copied().unwrap_or(16);
+    let cfg = config(url.clone(), o.rate, slots, 1);
+    let (mut child, mut stdin, mut stdout) = crate::contract::spawn_worker(&cfg, slots, false)?;
+    let calls = Arc::new(AtomicU64::new(0));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let counted = calls.clone();
+    let reader = std::thread::spawn(move || {
+        let mut line = String::new();
+        while stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            let mut parts = line.split_whitespace();
+            match parts.next() {
+                Some("ready") => {
+                    let _ = ready_tx.send(());
+                }
+                Some("calls") => {
+                    let c = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                    counted.store(c, Ordering::SeqCst);
+                }
+                _ => {}
+            }
+            line.clear();
+        }
+    });
+    ready_rx
+        .recv()
+        .map_err(|_| "the worker process exited before it was ready".to_string())?;
+    writeln!(stdin, "go").map_err(|e| e.to_string())?;
+    stdin.flush().map_err(|e| e.to_string())?;
+    let db = connect(&url).await?;
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .map_err(pg_err)?;
+    println!(
+        "### A steady load on PostgreSQL: {} jobs/s inserted for {} s, {slots} slots in one process \
+         (`autovacuum_naptime = 10s`)\n",
+        o.rate,
+        o.steady.as_secs()
+    );
+    println!("| s | jobs done/s | backlog | onus_live dead / live rows | onus_live size, MB | job rows dead | job rows size, MB | autovacuum passes (live, rows) |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let start = Instant::now();
+    let tick = Duration::from_millis(100);
+    let per_tick = (o.rate / 10).max(1);
+    let mut inserted: u64 = 0;
+    let mut next_report = Duration::from_secs(10);
+    let mut done_before = 0u64;
+    let mut rates = Vec::new();
+    while start.elapsed() < o.steady {
+        let due = start.elapsed();
+        client
+            .insert_many(
+                (0..per_tick)
+                    .map(|_| onus::NewJob::new(crate::contract::KIND, serde_json::json!({})))
+                    .collect(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        inserted += per_tick as u64;
+        if due >= next_report {
+            let done = calls.load(Ordering::SeqCst);
+            let rate = (done - done_before) as f64 / 10.0;
+            rates.push(rate);
+            done_before = done;
+            let rows = db
+                .query(
+                    "SELECT relname, n_dead_tup::float8, n_live_tup::float8,
+                            pg_total_relation_size(relid)::float8 / 1e6, autovacuum_count::float8
+                     FROM pg_stat_user_tables WHERE relname IN ('onus_live', 'onus_job_rows') ORDER BY relname",
+                    &[],
+                )
+                .await
+                .map_err(pg_err)?;
+            let get = |name: &str, i: usize| -> f64 {
+                rows.iter()
+                    .find(|r| r.get::<_, String>(0) == name)
+                    .map(|r| r.get::<_, f64>(i))
+                    .unwrap_or(f64::NAN)
+            };
+            println!(
+                "| {} | {rate:.0} | {} | {:.0} / {:.0} | {:.1} | {:.0} | {:.1} | {:.0}, {:.0} |",
+                next_report.as_secs(),
+                inserted.saturating_sub(done),
+                get("onus_live", 1),
+                get("onus_live", 2),
+                get("onus_live", 3),
+                get("onus_job_rows", 1),
+                get("onus_job_rows", 3),
+                get("onus_live", 4),
+                get("onus_job_rows", 4),
+            );
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            next_report += Duration::from_secs(10);
+        }
+        let next = tick * (inserted / per_tick as u64) as u32;
+        if let Some(wait) = next.checked_sub(start.elapsed()) {
+            tokio::time::sleep(wait).await; // the producer's pace
+        }
+    }
+    let _ = writeln!(stdin, "stop");
+    let _ = stdin.flush();
+    let _ = child.wait();
+    let _ = reader.join();
+    let top = db
+        .query(
+            "SELECT left(regexp_replace(regexp_replace(query, '--[^\\n]*', '', 'g'), '\\s+', ' ', 'g'), 90),
+                    calls, total_exec_time / greatest(calls, 1)
+             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT 6",
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
+    println!("\n| statement | calls | mean ms |\n|---|---|---|");
+    for r in top {
+        println!(
+            "| `{}` | {} | {:.2} |",
+            r.get::<_, String>(0).replace('|', "\\|"),
+            r.get::<_, i64>(1),
+            r.get::<_, f64>(2)
+        );
+    }
+    if !rates.is_empty() {
+        let (lo, hi) = rates
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        println!(
+            "\nJobs done per 10 s window: median {:.0}/s, lowest {lo:.0}, highest {hi:.0}.\n",
+            median(rates.clone())
+        );
+    }
     Ok(())
 }

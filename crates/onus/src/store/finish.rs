@@ -51,7 +51,7 @@ static WRITE: Sql = Sql::per_backend(
             errors = CASE WHEN $7::jsonb IS NULL THEN j.errors ELSE j.errors || jsonb_build_array($7::jsonb) END,
             lease_wait = $8, lease_owner = NULL, lease_expires_at = NULL, cancel_requested = l.cancel_requested,
             result = CASE WHEN $1 = 'completed' THEN COALESCE($9::jsonb, j.result) ELSE j.result END
-        FROM l WHERE j.id = l.id
+        FROM l WHERE j.id = l.id AND j.id = $10
         RETURNING j.queue, j.kind
      ), counted AS (
         INSERT INTO onus_job_deltas (queue, kind, state, minute, n)

@@ -44,10 +44,10 @@ static HOLD: Sql = Sql::per_backend(
      WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
        AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4",
     "UPDATE onus_live SET state = 'scheduled', run_at = $1, lease_wait = TRUE
-     WHERE id IN (SELECT id FROM onus_live
+     WHERE id = ANY(ARRAY(SELECT id FROM onus_live
         WHERE (lease_key = $2 OR rate_key = $2) AND state IN ('available', 'scheduled', 'retryable', 'snoozed')
           AND (run_at <= $3 OR (state = 'scheduled' AND lease_wait = TRUE)) AND id <> $4
-        FOR UPDATE SKIP LOCKED)",
+        FOR UPDATE SKIP LOCKED))",
 );
 
 static HELD: Sql = Sql::new(
@@ -69,9 +69,9 @@ static RELEASE_HELD: Sql = Sql::per_backend(
     // that claim reads the key once this resume commits.
     "WITH r AS (
         UPDATE onus_live SET run_at = $1, lease_wait = false
-        WHERE id IN (SELECT id FROM onus_live
+        WHERE id = ANY(ARRAY(SELECT id FROM onus_live
             WHERE (lease_key = $2 OR rate_key = $2) AND state = 'scheduled' AND lease_wait
-            FOR UPDATE SKIP LOCKED)
+            FOR UPDATE SKIP LOCKED))
         RETURNING queue
      ), n AS (SELECT pg_notify('onus_jobs', queue) FROM (SELECT DISTINCT queue FROM r) d)
      SELECT (SELECT count(*) FROM r) AS n, (SELECT count(*) FROM n) AS notified",
@@ -119,7 +119,7 @@ static WAKE_WAITER: Sql = Sql::per_backend(
           AND run_at > $1
         ORDER BY run_at LIMIT 1 FOR UPDATE SKIP LOCKED
      ), woken AS (
-        UPDATE onus_live j SET run_at = LEAST(j.created_at, $1) FROM w WHERE j.id = w.id RETURNING j.queue
+        UPDATE onus_live j SET run_at = LEAST(j.created_at, $1) WHERE j.id = (SELECT id FROM w) RETURNING j.queue
      )
      SELECT pg_notify('onus_jobs', queue) FROM woken",
 );
@@ -422,12 +422,13 @@ static WAKE_FREE: Sql = Sql::new(
      f AS (SELECT k.key, k.slots - (SELECT count(*) FROM live WHERE live.key = k.key)
                  - (SELECT count(*) FROM onus_live d WHERE d.lease_key = k.key AND d.state = 'snoozed'
                       AND d.lease_wait AND d.run_at <= $3) AS free FROM k),
+     wake AS (
+        SELECT w.id FROM f, LATERAL (SELECT w.id FROM onus_live w
+                         WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $3
+                         ORDER BY w.run_at LIMIT GREATEST(f.free, 0) FOR UPDATE SKIP LOCKED) w),
      woken AS (
         UPDATE onus_live j SET run_at = LEAST(j.created_at, $3)
-        FROM f, LATERAL (SELECT w.id FROM onus_live w
-                         WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $3
-                         ORDER BY w.run_at LIMIT GREATEST(f.free, 0) FOR UPDATE SKIP LOCKED) w
-        WHERE j.id = w.id RETURNING j.queue)
+        WHERE j.id = ANY(ARRAY(SELECT id FROM wake)) RETURNING j.queue)
      SELECT pg_notify('onus_jobs', q) FROM (SELECT DISTINCT queue AS q FROM woken) n",
 );
 
@@ -445,7 +446,7 @@ static WAIT: Sql = Sql::per_backend(
     "UPDATE onus_live j SET state = w.state, run_at = w.run_at, lease_wait = true, attempt = j.attempt - 1,
         lease_owner = NULL, lease_expires_at = NULL
      FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS w(id, state, run_at)
-     WHERE j.id = w.id AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4",
+     WHERE j.id = w.id AND j.id = ANY($1) AND coalesce(j.state, '') = 'running' AND coalesce(j.lease_owner, '') = $4",
 );
 
 /// Takes `keys` locks in one order (sorted, deduplicated), so two writers of the same keys never

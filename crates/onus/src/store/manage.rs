@@ -259,8 +259,8 @@ static EXPIRED: Sql = Sql::per_backend(
     concat!(
         "SELECT ",
         job_cols!(),
-        " FROM onus_jobs WHERE id IN (SELECT id FROM onus_live WHERE state = 'running' AND lease_expires_at < $1
-         AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3)
+        " FROM onus_jobs WHERE id = ANY(ARRAY(SELECT id FROM onus_live WHERE state = 'running'
+         AND lease_expires_at < $1 AND kind = ANY($2) ORDER BY lease_expires_at LIMIT $3))
          ORDER BY lease_expires_at"
     ),
 );

@@ -643,7 +643,7 @@ impl Store for PostgresStore {
                         ORDER BY id
                         FOR UPDATE SKIP LOCKED
                      ), renewed AS (
-                        UPDATE onus_live j SET lease_expires_at = $2 FROM mine WHERE j.id = mine.id
+                        UPDATE onus_live j SET lease_expires_at = $2 FROM mine WHERE j.id = mine.id AND j.id = ANY($3)
                         RETURNING j.id, j.attempt, j.cancel_requested
                      ), slots AS (
                         UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
@@ -871,7 +871,9 @@ pub(crate) async fn finish_batch(
             applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
         }
     }
-    // Each row is found by its id (the primary key). The state and the owner are compared
+    // Each row is found by its id (the primary key), named as the batch's array of ids so that
+    // no plan walks onus_live, whose statistics lag its churn (a stale estimate of one row made a
+    // plan scan the whole table for each batch). The state and the owner are compared
     // through coalesce() so that no partial index of running jobs matches the statement: the
     // planner's statistics lag a fast-growing table and call such an index tiny, and it then
     // walked every job this process held for each id of the batch (300 ms a batch at 64
@@ -898,13 +900,14 @@ pub(crate) async fn finish_batch(
                 "WITH gone AS (
                     DELETE FROM onus_live l
                     USING unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) WITH ORDINALITY AS u(id, attempt, owner, release, ord)
-                    WHERE l.id = u.id AND l.attempt = u.attempt AND coalesce(l.state, '') = 'running' AND coalesce(l.lease_owner, '') = u.owner
+                    WHERE l.id = u.id AND l.id = ANY($2) AND l.attempt = u.attempt AND coalesce(l.state, '') = 'running'
+                      AND coalesce(l.lease_owner, '') = u.owner
                     RETURNING l.id, l.queue, l.kind, l.attempt, l.attempted_at, l.run_at, l.cancel_requested, u.release, u.ord
                  ), done AS (
                     UPDATE onus_job_rows j SET state = 'completed', finalized_at = $1, attempt = g.attempt,
                         attempted_at = g.attempted_at, run_at = g.run_at, lease_owner = NULL, lease_expires_at = NULL,
                         cancel_requested = g.cancel_requested, lease_wait = false
-                    FROM gone g WHERE j.id = g.id
+                    FROM gone g WHERE j.id = g.id AND j.id = ANY($2)
                  ), counted AS (
                     INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
                     SELECT queue, kind, 'completed', date_trunc('minute', $1::timestamptz), count(*) FROM gone GROUP BY queue, kind
@@ -912,13 +915,14 @@ pub(crate) async fn finish_batch(
                     DELETE FROM onus_leases l USING gone d
                     WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
                     RETURNING l.key
-                 ), woken AS (
-                    UPDATE onus_live j SET run_at = LEAST(j.created_at, $1)
-                    FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
+                 ), wake AS (
+                    SELECT w.id FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
                          LATERAL (SELECT w.id FROM onus_live w
                                   WHERE w.lease_key = f.key AND w.state = 'snoozed' AND w.lease_wait AND w.run_at > $1
                                   ORDER BY w.run_at LIMIT f.n FOR UPDATE SKIP LOCKED) w
-                    WHERE j.id = w.id
+                 ), woken AS (
+                    UPDATE onus_live j SET run_at = LEAST(j.created_at, $1)
+                    WHERE j.id = ANY(ARRAY(SELECT id FROM wake))
                     RETURNING j.queue
                  )
                  SELECT ord, false FROM gone
