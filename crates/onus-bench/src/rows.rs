@@ -116,8 +116,7 @@ pub fn main() -> ExitCode {
             if let Ok(more) = std::env::var("ONUS_BENCH_PG_SETTINGS") {
                 settings.extend(more.split_whitespace().map(String::from));
             }
-            let pg = PgCluster::start_with_settings(settings)
-            .map_err(|e| e.to_string())?;
+            let pg = PgCluster::start_with_settings(settings).map_err(|e| e.to_string())?;
             let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
             rt.block_on(run(&o, &pg))
         })(),
@@ -815,6 +814,7 @@ async fn steady(o: &Opts, pg: &PgCluster) -> Result<(), String> {
         o.steady.as_secs()
     );
     println!("| s | jobs done/s | backlog | onus_live dead / live rows | onus_live size, MB | job rows dead | job rows size, MB | autovacuum passes (live, rows) |");
+    // (Job rows: onus_job_rows, or onus_jobs before jobs migration 10.)
     println!("|---|---|---|---|---|---|---|---|");
     let start = Instant::now();
     let tick = Duration::from_millis(100);
@@ -843,12 +843,20 @@ async fn steady(o: &Opts, pg: &PgCluster) -> Result<(), String> {
                 .query(
                     "SELECT relname, n_dead_tup::float8, n_live_tup::float8,
                             pg_total_relation_size(relid)::float8 / 1e6, autovacuum_count::float8
-                     FROM pg_stat_user_tables WHERE relname IN ('onus_live', 'onus_job_rows') ORDER BY relname",
+                     FROM pg_stat_user_tables WHERE relname IN ('onus_live', 'onus_job_rows', 'onus_jobs')
+                     ORDER BY relname",
                     &[],
                 )
                 .await
                 .map_err(pg_err)?;
+            // Before jobs migration 10 the job rows were the table onus_jobs (and no onus_live).
             let get = |name: &str, i: usize| -> f64 {
+                let name = match name {
+                    "onus_job_rows" if !rows.iter().any(|r| r.get::<_, String>(0) == name) => {
+                        "onus_jobs"
+                    }
+                    n => n,
+                };
                 rows.iter()
                     .find(|r| r.get::<_, String>(0) == name)
                     .map(|r| r.get::<_, f64>(i))

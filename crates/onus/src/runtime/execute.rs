@@ -37,6 +37,9 @@ pub(crate) fn send_outcome(
 ) {
     let id = f.id;
     shared.hub.finishing(id, hold.serial);
+    shared
+        .unwritten
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if finish
         .send(QueuedOutcome {
             finish: f,
@@ -46,6 +49,9 @@ pub(crate) fn send_outcome(
         })
         .is_err()
     {
+        shared
+            .unwritten
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         shared.hub.release(id, hold.serial);
     }
 }

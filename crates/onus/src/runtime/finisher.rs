@@ -193,6 +193,9 @@ fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
         }
         if let Some(serial) = o.hold {
             shared.hub.release(f.id, serial);
+            shared
+                .unwritten
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
         if let (true, Some((kind, took))) = (ok, &o.counted) {
             super::metrics::attempt(kind, &f.transition, *took);
@@ -212,5 +215,8 @@ fn give_up(shared: &Shared, o: &QueuedOutcome, e: &StoreError) {
     );
     if let Some(serial) = o.hold {
         shared.hub.release(o.finish.id, serial);
+        shared
+            .unwritten
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }

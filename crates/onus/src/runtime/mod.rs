@@ -200,6 +200,9 @@ pub(crate) struct Shared {
     pub(crate) owner: String,
     pub(crate) skew: skew::Skew,
     pub(crate) budgets: crate::budget::Budgets,
+    /// Outcomes queued for the finisher and not yet written (or given up): while there are
+    /// [`producer::UNWRITTEN_LIMIT`], the queues claim nothing more.
+    pub(crate) unwritten: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Shared {
@@ -439,6 +442,7 @@ impl Builder {
             owner,
             skew: skew::Skew::default(),
             budgets: Default::default(),
+            unwritten: std::sync::atomic::AtomicUsize::new(0),
         };
         for q in shared.queues.keys() {
             shared.hub.queue(q);

@@ -95,6 +95,10 @@ pub(crate) async fn run_queue(
         intake
             .idle
             .store(drained && inflight.is_empty(), Ordering::SeqCst);
+        // Outcomes the finisher has not written yet hold their jobs (and their leases, which
+        // renewals rewrite): while too many wait, claim nothing more, so a slow write holds the
+        // claims back instead of letting held jobs pile up.
+        let room = shared.unwritten.load(Ordering::SeqCst) < UNWRITTEN_LIMIT;
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
@@ -113,7 +117,8 @@ pub(crate) async fn run_queue(
                     (held_got, held_wanted) = (0, 0);
                 }
             }
-            first = slots.clone().acquire_owned(), if inflight.len() < MAX_CLAIMS_IN_FLIGHT && held_wanted == 0 && !drained => {
+            _ = tokio::time::sleep(UNWRITTEN_POLL), if !room => {}
+            first = slots.clone().acquire_owned(), if room && inflight.len() < MAX_CLAIMS_IN_FLIGHT && held_wanted == 0 && !drained => {
                 let Ok(first) = first else { break };
                 // A clock far off the database's writes leases others misread: take none until
                 // it agrees.
@@ -331,6 +336,13 @@ impl ReadyTarget {
 const GATHER_FOR: Duration = Duration::from_millis(1);
 /// Claims of one queue in flight at once.
 const MAX_CLAIMS_IN_FLIGHT: usize = 2;
+
+/// The most outcomes queued and not yet written before a process's queues stop claiming: two
+/// writers' batches twice over (see `finisher`).
+pub(crate) const UNWRITTEN_LIMIT: usize = 2048;
+
+/// How often a queue held back by unwritten outcomes looks again.
+const UNWRITTEN_POLL: Duration = Duration::from_millis(2);
 
 /// The permits a claim asks with: `first`, those free now, and, under load, those that free
 /// within [`GATHER_FOR`] until there are `gather`. Slots free one at a time as attempts end, and a

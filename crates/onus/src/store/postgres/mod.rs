@@ -643,7 +643,7 @@ impl Store for PostgresStore {
                         ORDER BY id
                         FOR UPDATE SKIP LOCKED
                      ), renewed AS (
-                        UPDATE onus_live j SET lease_expires_at = $2 FROM mine WHERE j.id = mine.id AND j.id = ANY($3)
+                        UPDATE onus_live j SET lease_expires_at = $2 WHERE j.id = ANY(ARRAY(SELECT id FROM mine))
                         RETURNING j.id, j.attempt, j.cancel_requested
                      ), slots AS (
                         UPDATE onus_leases l SET busy_until = $2 FROM renewed r WHERE l.job_id = r.id AND l.busy_until < $2
@@ -871,9 +871,10 @@ pub(crate) async fn finish_batch(
             applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
         }
     }
-    // Each row is found by its id (the primary key), named as the batch's array of ids so that
-    // no plan walks onus_live, whose statistics lag its churn (a stale estimate of one row made a
-    // plan scan the whole table for each batch). The state and the owner are compared
+    // Each row is found by its id (the primary key), one listing at a time (`LATERAL`), locked,
+    // then deleted by the ids found: no plan joins the batch to onus_live on an estimate (its
+    // statistics lag its churn; plans that trusted them walked the whole table, or the batch once
+    // per row, for each batch). The state and the owner are compared
     // through coalesce() so that no partial index of running jobs matches the statement: the
     // planner's statistics lag a fast-growing table and call such an index tiny, and it then
     // walked every job this process held for each id of the batch (300 ms a batch at 64
@@ -885,8 +886,8 @@ pub(crate) async fn finish_batch(
     // statement: the batch holds its keys' locks for one statement, not for a round trip per
     // job (with many keys, every job waiting on any of them waited for the whole batch).
     //
-    // A job listed twice (two callers answering it at once) is updated once, through one of
-    // its listings: the statement answers which by position, so exactly one applies.
+    // A job listed twice (two callers answering it at once) is updated once: the statement
+    // answers the ids and attempts it wrote, and the first listing of each applies.
     if let Some(now) = now {
         let ids: Vec<JobId> = plain.iter().map(|&i| batch[i].id).collect();
         let attempts: Vec<i32> = plain.iter().map(|&i| batch[i].attempt as i32).collect();
@@ -897,22 +898,27 @@ pub(crate) async fn finish_batch(
             .collect();
         let stmt = tx
             .prepare_cached(
-                "WITH gone AS (
-                    DELETE FROM onus_live l
-                    USING unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) WITH ORDINALITY AS u(id, attempt, owner, release, ord)
-                    WHERE l.id = u.id AND l.id = ANY($2) AND l.attempt = u.attempt AND coalesce(l.state, '') = 'running'
-                      AND coalesce(l.lease_owner, '') = u.owner
-                    RETURNING l.id, l.queue, l.kind, l.attempt, l.attempted_at, l.run_at, l.cancel_requested, u.release, u.ord
+                "WITH found AS (
+                    SELECT u.id, u.release
+                    FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) AS u(id, attempt, owner, release)
+                    CROSS JOIN LATERAL (
+                        SELECT 1 FROM onus_live l
+                        WHERE l.id = u.id AND l.attempt = u.attempt AND coalesce(l.state, '') = 'running'
+                          AND coalesce(l.lease_owner, '') = u.owner
+                        FOR UPDATE) l
+                 ), gone AS (
+                    DELETE FROM onus_live l WHERE l.id = ANY(ARRAY(SELECT id FROM found))
+                    RETURNING l.id, l.queue, l.kind, l.attempt, l.attempted_at, l.run_at, l.cancel_requested, l.lease_owner
                  ), done AS (
                     UPDATE onus_job_rows j SET state = 'completed', finalized_at = $1, attempt = g.attempt,
                         attempted_at = g.attempted_at, run_at = g.run_at, lease_owner = NULL, lease_expires_at = NULL,
                         cancel_requested = g.cancel_requested, lease_wait = false
-                    FROM gone g WHERE j.id = g.id AND j.id = ANY($2)
+                    FROM gone g WHERE j.id = g.id
                  ), counted AS (
                     INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
                     SELECT queue, kind, 'completed', date_trunc('minute', $1::timestamptz), count(*) FROM gone GROUP BY queue, kind
                  ), freed AS (
-                    DELETE FROM onus_leases l USING gone d
+                    DELETE FROM onus_leases l USING found d
                     WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
                     RETURNING l.key
                  ), wake AS (
@@ -925,9 +931,9 @@ pub(crate) async fn finish_batch(
                     WHERE j.id = ANY(ARRAY(SELECT id FROM wake))
                     RETURNING j.queue
                  )
-                 SELECT ord, false FROM gone
+                 SELECT id, attempt, lease_owner, false FROM gone
                  UNION ALL
-                 SELECT NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
+                 SELECT NULL, NULL, NULL, pg_notify('onus_jobs', q) IS NULL FROM (SELECT DISTINCT queue AS q FROM woken) n",
             )
             .await
             .map_err(pg_error)?;
@@ -935,9 +941,17 @@ pub(crate) async fn finish_batch(
             .query(&stmt, &[&now, &ids, &attempts, &owners, &releases])
             .await
             .map_err(pg_error)?;
+        // Each job written applies through its first listing of the attempt and owner written.
         for r in &rows {
-            if let Some(ord) = r.get::<_, Option<i64>>(0) {
-                applied[plain[ord as usize - 1]] = true;
+            let written: (Option<i64>, Option<i32>, Option<String>) =
+                (r.get(0), r.get(1), r.get(2));
+            if let (Some(id), Some(attempt), Some(owner)) = written {
+                if let Some(&i) = plain.iter().find(|&&i| {
+                    let f = &batch[i];
+                    f.id == id && f.attempt as i32 == attempt && f.owner == owner
+                }) {
+                    applied[i] = true;
+                }
             }
         }
     }
