@@ -222,7 +222,7 @@ async fn one(o: &Opts, url: &str, waiting: usize, finished: usize) -> Result<Row
                 .await
                 .map_err(|e| e.to_string())?;
         tokio::spawn(conn);
-        c.batch_execute("VACUUM ANALYZE onus_jobs")
+        c.batch_execute("VACUUM ANALYZE onus_job_rows, onus_live")
             .await
             .map_err(|e| e.to_string())?;
     }
