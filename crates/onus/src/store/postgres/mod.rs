@@ -871,10 +871,12 @@ pub(crate) async fn finish_batch(
             applied[i] = finish::one(&PgTx::pooled(&tx), f, false).await?;
         }
     }
-    // Each row is found by its id (the primary key), one listing at a time (`LATERAL`), locked,
-    // then deleted by the ids found: no plan joins the batch to onus_live on an estimate (its
-    // statistics lag its churn; plans that trusted them walked the whole table, or the batch once
-    // per row, for each batch). The state and the owner are compared
+    // Each row is found by its id (the primary key) among the batch's ids, and its attempt and
+    // owner checked against the batch's listings as a hashed set (kept a filter by the CASE, so
+    // the planner never turns it into a join): no plan joins the batch to onus_live on an estimate
+    // (its statistics lag its churn; plans that trusted them walked the whole table, or the batch
+    // once per row, for each batch), and no row is locked before it is deleted (the deletion
+    // checks the guard again on a row changed meanwhile). The state and the owner are compared
     // through coalesce() so that no partial index of running jobs matches the statement: the
     // planner's statistics lag a fast-growing table and call such an index tiny, and it then
     // walked every job this process held for each id of the batch (300 ms a batch at 64
@@ -898,16 +900,13 @@ pub(crate) async fn finish_batch(
             .collect();
         let stmt = tx
             .prepare_cached(
-                "WITH found AS (
-                    SELECT u.id, u.release
-                    FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) AS u(id, attempt, owner, release)
-                    CROSS JOIN LATERAL (
-                        SELECT 1 FROM onus_live l
-                        WHERE l.id = u.id AND l.attempt = u.attempt AND coalesce(l.state, '') = 'running'
-                          AND coalesce(l.lease_owner, '') = u.owner
-                        FOR UPDATE) l
+                "WITH u AS (
+                    SELECT * FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::text[]) AS u(id, attempt, owner, release)
                  ), gone AS (
-                    DELETE FROM onus_live l WHERE l.id = ANY(ARRAY(SELECT id FROM found))
+                    DELETE FROM onus_live l
+                    WHERE l.id = ANY($2) AND coalesce(l.state, '') = 'running'
+                      AND CASE WHEN (l.id, l.attempt, coalesce(l.lease_owner, '')) IN (SELECT id, attempt, owner FROM u)
+                               THEN true ELSE false END
                     RETURNING l.id, l.queue, l.kind, l.attempt, l.attempted_at, l.run_at, l.cancel_requested, l.lease_owner
                  ), done AS (
                     UPDATE onus_job_rows j SET state = 'completed', finalized_at = $1, attempt = g.attempt,
@@ -918,8 +917,9 @@ pub(crate) async fn finish_batch(
                     INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
                     SELECT queue, kind, 'completed', date_trunc('minute', $1::timestamptz), count(*) FROM gone GROUP BY queue, kind
                  ), freed AS (
-                    DELETE FROM onus_leases l USING found d
+                    DELETE FROM onus_leases l USING u d
                     WHERE d.release IS NOT NULL AND l.key = d.release AND l.job_id = d.id
+                      AND l.job_id = ANY(ARRAY(SELECT id FROM gone))
                     RETURNING l.key
                  ), wake AS (
                     SELECT w.id FROM (SELECT key, count(*) AS n FROM freed GROUP BY key) f,
