@@ -609,10 +609,8 @@ impl Probe for PgProbe<'_> {
     }
 }
 
-fn ticks() -> f64 {
-    // The kernel's clock ticks per second in /proc/<pid>/stat (USER_HZ: 100 on Linux).
-    100.0
-}
+/// The kernel's clock ticks per second in /proc/<pid>/stat (USER_HZ: 100 on Linux).
+const TICKS: f64 = 100.0;
 
 /// Fields of `/proc/<pid>/stat` after the command name.
 fn stat_fields(pid: &str) -> Result<Vec<u64>, String> {
@@ -629,7 +627,7 @@ fn stat_fields(pid: &str) -> Result<Vec<u64>, String> {
 fn own_cpu() -> Result<(f64, f64), String> {
     let f = stat_fields("self")?;
     // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-    let get = |i: usize| f.get(i).copied().unwrap_or(0) as f64 / ticks();
+    let get = |i: usize| f.get(i).copied().unwrap_or(0) as f64 / TICKS;
     Ok((get(11) + get(12), get(13) + get(14)))
 }
 
@@ -637,7 +635,7 @@ fn own_cpu() -> Result<(f64, f64), String> {
 /// for (backends that exited), and its children alive now.
 fn cluster_cpu(postmaster: u32) -> Result<f64, String> {
     let f = stat_fields(&postmaster.to_string())?;
-    let get = |f: &[u64], i: usize| f.get(i).copied().unwrap_or(0) as f64 / ticks();
+    let get = |f: &[u64], i: usize| f.get(i).copied().unwrap_or(0) as f64 / TICKS;
     let mut total = get(&f, 11) + get(&f, 12) + get(&f, 13) + get(&f, 14);
     for e in std::fs::read_dir("/proc")
         .map_err(|e| e.to_string())?

@@ -77,7 +77,8 @@ static COUNT: Sql = Sql::new(
      ON CONFLICT (queue, kind, state) DO UPDATE SET n = n + excluded.n",
 );
 
-static NOTIFY: Sql = Sql::new(
+/// Tells idle workers of queues `$1` (each once), at the transaction's commit.
+pub(crate) static NOTIFY: Sql = Sql::new(
     "onus_jobs",
     "SELECT pg_notify('onus_jobs', q) FROM unnest($1::text[]) AS q",
 );

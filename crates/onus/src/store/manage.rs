@@ -279,13 +279,8 @@ pub(crate) async fn expired<T: Tx + ?Sized>(
     .await
 }
 
-macro_rules! retry_states {
-    () => {
-        "state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed')"
-    };
-}
-
-const RETRY_STATES: &str = retry_states!();
+const RETRY_STATES: &str =
+    "state IN ('discarded', 'cancelled', 'retryable', 'scheduled', 'snoozed')";
 
 // Manual retries (see migration 10 for the two tables). A job still unfinished (retryable,
 // scheduled, snoozed) is made due in its narrow row ($2: the ids chosen), its row's ending
@@ -347,11 +342,6 @@ static REVIVE_ROW: Sql = Sql::per_backend(
      WHERE id = $2",
 );
 
-static NOTIFY_QUEUES: Sql = Sql::new(
-    "onus_jobs",
-    "SELECT pg_notify('onus_jobs', q) FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) d",
-);
-
 /// Retries `chosen` at `now` (see [`RETRY_LIVE`]): the ids retried, and on PostgreSQL the
 /// workers of their queues told.
 async fn retry_chosen<T: Tx + ?Sized>(
@@ -381,7 +371,10 @@ async fn retry_chosen<T: Tx + ?Sized>(
         queues.push(queue);
     }
     if tx.backend() == Backend::Postgres && !queues.is_empty() {
-        tx.query(&NOTIFY_QUEUES, &[Value::list(queues)]).await?;
+        queues.sort_unstable();
+        queues.dedup();
+        tx.query(&crate::store::insert::NOTIFY, &[Value::list(queues)])
+            .await?;
     }
     retried.sort_unstable_by(|a, b| b.cmp(a));
     Ok(retried)
