@@ -443,11 +443,15 @@ pub(crate) async fn cancel<T: Tx + ?Sized>(
         "UPDATE onus_job_rows SET state = 'cancelled', finalized_at = $1, errors = {entry},
             attempt = l.attempt, attempted_at = l.attempted_at, run_at = l.run_at, lease_wait = {no},
             lease_owner = NULL, lease_expires_at = NULL
-         FROM onus_live l
-         WHERE l.id = onus_job_rows.id AND l.state IN ('available', 'scheduled', 'retryable', 'snoozed')
-           AND l.id IN (SELECT id FROM onus_jobs WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond})
+         FROM (SELECT * FROM onus_live
+               WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed')
+                 AND id IN (SELECT id FROM onus_jobs WHERE state IN ('available', 'scheduled', 'retryable', 'snoozed'){cond}){lock}) l
+         WHERE l.id = onus_job_rows.id
          RETURNING onus_job_rows.id, onus_job_rows.queue, onus_job_rows.kind",
         no = if b == Backend::Sqlite { "0" } else { "false" },
+        // A job a claim takes meanwhile is passed over once that claim commits (its waiting row
+        // is gone): it is running, and asked to stop below.
+        lock = if b == Backend::Sqlite { "" } else { " FOR UPDATE" },
     );
     let rows = tx.query(&built(b, text), &p).await?;
     let cancelled: Vec<JobId> = rows

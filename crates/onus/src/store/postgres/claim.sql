@@ -6,10 +6,19 @@
 -- `/*after*/` is where a claim that resumes from this process's cursor adds
 -- `AND (queue, priority, run_at, id) > ($4, $7, $8, $9)` (see `Cursors` in mod.rs); the last
 -- column returned says which scan found the job (0 available, 1 delayed). The claimed rows are
--- written by their ids as an array (`= ANY(ARRAY(...))`) and their job rows read one by one
+-- moved by their ids as an array (`= ANY(ARRAY(...))`) and their job rows read one by one
 -- (`LATERAL`), so no plan joins two sets on an estimate: onus_live's statistics lag its churn,
 -- and plans that trusted them walked the whole table, or one set once per row of the other,
 -- for every claim.
+--
+-- A claimed row is deleted and inserted anew as running, not updated: another claim that meets
+-- its stale entry in the index of available jobs then finds a deleted row and passes over it. An
+-- updated row it would lock (a locking read in READ COMMITTED locks the newest version before it
+-- rechecks the conditions, and keeps the lock when they fail), so the running job's completion
+-- waited for that other claim to commit: 23% of the machine idle with four processes. The
+-- deletion is counted by onus_live's trigger; the arrival as running by `counted`. The answer is
+-- made from the moved rows as they were (`taken` writes exactly those, changed as the answer
+-- says), so which scan found a job is its old state, not a search of one list per row.
 WITH available AS (
     SELECT id, priority, run_at, 0 AS src FROM onus_live
     WHERE state = 'available' AND queue = $4 AND kind = ANY($5) /*after*/
@@ -28,15 +37,22 @@ WITH available AS (
     SELECT id, src FROM (SELECT * FROM available UNION ALL SELECT * FROM delayed) due
     ORDER BY priority, run_at, id
     LIMIT $6
-), taken AS (
-    UPDATE onus_live l
-    SET state = 'running', attempt = l.attempt + 1, attempted_at = $1,
-        lease_owner = $2, lease_expires_at = $3, cancel_requested = false, lease_wait = false
+), moved AS (
+    DELETE FROM onus_live l
     WHERE l.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING l.id, l.state, l.attempt, l.run_at, l.attempted_at, l.lease_owner, l.lease_expires_at,
-        CASE WHEN l.id = ANY(ARRAY(SELECT id FROM available)) THEN 0 ELSE 1 END AS src
+    RETURNING l.*
+), taken AS (
+    INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, attempted_at, lease_key,
+                           rate_key, unique_key, lease_wait, lease_owner, lease_expires_at, cancel_requested)
+    SELECT id, queue, kind, priority, 'running', run_at, created_at, attempt + 1, $1, lease_key,
+           rate_key, unique_key, false, $2, $3, false
+    FROM moved
+), counted AS (
+    INSERT INTO onus_job_deltas (queue, kind, state, n)
+    SELECT queue, kind, 'running', count(*) FROM moved GROUP BY queue, kind
 )
-SELECT j.id, j.kind, j.queue, j.args, j.priority, t.state, t.attempt, j.max_attempts, t.run_at, j.created_at,
-    t.attempted_at, j.finalized_at, j.errors, j.snoozes, j.discard_reason, j.unique_key, j.lease_key,
-    t.lease_owner, t.lease_expires_at, false AS cancel_requested, j.tags, t.src
-FROM taken t CROSS JOIN LATERAL (SELECT * FROM onus_job_rows j WHERE j.id = t.id) j
+SELECT j.id, j.kind, j.queue, j.args, j.priority, 'running' AS state, m.attempt + 1 AS attempt, j.max_attempts,
+    m.run_at, j.created_at, $1 AS attempted_at, j.finalized_at, j.errors, j.snoozes, j.discard_reason,
+    j.unique_key, j.lease_key, $2 AS lease_owner, $3 AS lease_expires_at, false AS cancel_requested, j.tags,
+    CASE WHEN m.state = 'available' THEN 0 ELSE 1 END AS src
+FROM moved m CROSS JOIN LATERAL (SELECT * FROM onus_job_rows j WHERE j.id = m.id) j
