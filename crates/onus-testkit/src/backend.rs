@@ -105,6 +105,52 @@ impl TestDb {
         }
     }
 
+    /// Runs `sql` in a transaction of its own left open on PostgreSQL, as another session does
+    /// mid-way (a claim not yet committed): its row locks hold until [`WriteLock::commit`] or
+    /// [`WriteLock::release`]. On SQLite it takes the database's write lock, which serializes
+    /// writers, so only PostgreSQL can be asked what waits for it ([`TestDb::lock_waiters`]).
+    pub async fn open_transaction(&self, sql: &str) -> WriteLock {
+        match self.backend {
+            Backend::Sqlite => {
+                let conn = self.sqlite_conn();
+                conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}"))
+                    .unwrap_or_else(|e| panic!("SQL failed on SQLite: {e}"));
+                WriteLock::Sqlite(conn)
+            }
+            Backend::Postgres => {
+                let (client, driver) = self.pg_conn().await;
+                client
+                    .batch_execute(&format!("BEGIN; {sql}"))
+                    .await
+                    .unwrap_or_else(|e| panic!("SQL failed on PostgreSQL: {e}"));
+                WriteLock::Postgres(client, driver)
+            }
+        }
+    }
+
+    /// How many sessions of this PostgreSQL database wait for a lock another holds (0 on
+    /// SQLite, whose writers wait inside the library).
+    pub async fn lock_waiters(&self) -> i64 {
+        match self.backend {
+            Backend::Sqlite => 0,
+            Backend::Postgres => {
+                let (client, driver) = self.pg_conn().await;
+                let n: i64 = client
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                        &[],
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot read pg_stat_activity: {e}"))
+                    .get(0);
+                drop(client);
+                let _ = driver.await;
+                n
+            }
+        }
+    }
+
     /// A connection of its own to the SQLite file.
     fn sqlite_conn(&self) -> rusqlite::Connection {
         let path = self.dir.path().join("onus.db");
@@ -209,6 +255,24 @@ pub enum WriteLock {
 }
 
 impl WriteLock {
+    /// Commits the holding transaction.
+    pub async fn commit(self) {
+        match self {
+            WriteLock::Sqlite(conn) => {
+                conn.execute_batch("COMMIT")
+                    .unwrap_or_else(|e| panic!("commit: {e}"));
+            }
+            WriteLock::Postgres(client, driver) => {
+                client
+                    .batch_execute("COMMIT")
+                    .await
+                    .unwrap_or_else(|e| panic!("commit: {e}"));
+                drop(client);
+                let _ = driver.await;
+            }
+        }
+    }
+
     /// Rolls the holding transaction back.
     pub async fn release(self) {
         match self {

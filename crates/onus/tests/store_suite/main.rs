@@ -150,6 +150,7 @@ onus_testkit::both!(setup = crate::on;
         regression_retry_clears_lease_wait_alike,
         filters_by_tag_time_and_text_alike_and_delete_takes_finished_jobs,
         a_corrupted_job_row_is_an_error_naming_its_column,
+        a_cancel_meeting_a_claim_in_flight_asks_the_running_job_to_stop,
     ],
     periodic: [
         a_period_is_enqueued_once,

@@ -169,3 +169,48 @@ pub(crate) async fn a_corrupted_job_row_is_an_error_naming_its_column(backend: B
         other => panic!("expected a decode error naming the column, got {other:?}"),
     }
 }
+
+/// A cancel that meets a claim of its job in flight (on PostgreSQL: another process's claim
+/// statement, not yet committed) waits for it, then finds the job running and asks it to stop;
+/// it never marks as cancelled a job that a worker then runs. SQLite's single writer serializes
+/// the two, so there the race cannot happen and the test has nothing to hold.
+pub(crate) async fn a_cancel_meeting_a_claim_in_flight_asks_the_running_job_to_stop(
+    backend: Backend,
+) {
+    if backend == Backend::Sqlite {
+        return;
+    }
+    let w = world(backend).await;
+    let a = w.insert(w.row("a")).await;
+    // What a claim does to the job's narrow row (migration 10; store/postgres/claim.sql).
+    let claim =
+        w.db.open_transaction(&format!(
+            "WITH moved AS (DELETE FROM onus_live WHERE id = {id} RETURNING *)
+             INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt,
+                                    attempted_at, lease_owner, lease_expires_at)
+             SELECT id, queue, kind, priority, 'running', run_at, created_at, attempt + 1,
+                    now(), 'elsewhere', now() + interval '1 hour'
+             FROM moved",
+            id = a.id
+        ))
+        .await;
+    let store = w.store.clone();
+    let now = w.now;
+    let cancel = tokio::spawn(async move { store.cancel(&JobFilter::id(a.id), now).await });
+    onus_testkit::wait_until(
+        "the cancel waits for the claim",
+        Duration::from_secs(10),
+        || {
+            let db = &w.db;
+            async move { db.lock_waiters().await > 0 }
+        },
+    )
+    .await;
+    claim.commit().await;
+    let c = cancel.await.unwrap().unwrap();
+    assert_eq!(c.cancelled, Vec::<onus::job::JobId>::new(), "{c:?}");
+    assert_eq!(c.requested, vec![a.id]);
+    let job = w.get(&a).await;
+    assert_eq!(job.state, JobState::Running);
+    assert!(job.cancel_requested);
+}
