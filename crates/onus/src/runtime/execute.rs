@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -109,38 +110,32 @@ pub(crate) async fn execute(
     };
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
     let began = Instant::now();
-    let mut handle = tokio::spawn(tracing::Instrument::instrument(handler.call(ctx), span));
+    // The handler runs in this attempt's own task (no second task per job): a panic is caught
+    // as it unwinds out of the handler's future, and stopping the handler (a timeout, a lost
+    // lease, a hard stop) drops its future, as aborting a task of its own would at its next
+    // await.
+    let mut handle =
+        std::panic::AssertUnwindSafe(tracing::Instrument::instrument(handler.call(ctx), span))
+            .catch_unwind();
     let timeout = policy.timeout;
     let end: Option<AttemptEnd> = tokio::select! {
         r = &mut handle => Some(joined(r)),
-        _ = tokio::time::sleep(timeout) => {
-            handle.abort();
-            Some(AttemptEnd::TimedOut(timeout))
-        }
+        _ = tokio::time::sleep(timeout) => Some(AttemptEnd::TimedOut(timeout)),
         _ = cancel.cancelled() => {
             tokio::select! {
                 biased;
                 _ = hold.lost.cancelled() => {
-                    handle.abort();
                     tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
                     return;
                 }
                 r = tokio::time::timeout(shared.options.cancel_grace, &mut handle) => match r {
                     Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
-                    Ok(_) => Some(AttemptEnd::Cancelled),
-                    Err(_) => {
-                        handle.abort();
-                        Some(AttemptEnd::Cancelled)
-                    }
+                    _ => Some(AttemptEnd::Cancelled),
                 },
             }
         }
-        _ = hard.cancelled() => {
-            handle.abort();
-            None
-        }
+        _ = hard.cancelled() => None,
         _ = hold.lost.cancelled() => {
-            handle.abort();
             if completed.load(std::sync::atomic::Ordering::SeqCst) {
                 // Not lost: the handler completed the job in its own transaction, and a renewal
                 // found it no longer running. Its outcome is recorded as that completion.
@@ -151,6 +146,8 @@ pub(crate) async fn execute(
             }
         }
     };
+    // Whatever ended the attempt, the handler stops here (its future dropped).
+    drop(handle);
     // A handler that saw the cancellation and returned an error ends cancelled, whichever
     // branch above noticed first; one that succeeded anyway stays completed.
     let end = match end {
@@ -178,12 +175,9 @@ pub(crate) async fn execute(
     );
 }
 
-fn joined(r: Result<crate::JobResult, tokio::task::JoinError>) -> AttemptEnd {
+fn joined(r: std::thread::Result<crate::JobResult>) -> AttemptEnd {
     match r {
         Ok(res) => AttemptEnd::Returned(res),
-        Err(e) if e.is_panic() => {
-            AttemptEnd::Panicked(crate::outcome::panic_message(e.into_panic().as_ref()))
-        }
-        Err(_) => AttemptEnd::Cancelled,
+        Err(panic) => AttemptEnd::Panicked(crate::outcome::panic_message(panic.as_ref())),
     }
 }
