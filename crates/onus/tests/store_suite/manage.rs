@@ -24,6 +24,11 @@ pub(crate) async fn retry_cancel_and_retention(backend: Backend) {
         discarded: Duration::from_secs(3600),
     };
     assert_eq!(w.store.prune(w.now + secs(60), keep, 100).await.unwrap(), 0);
+    // Jobs created after the cutoff bound the search, and are kept.
+    let mut later = w.row("a");
+    later.created_at = w.now + secs(5000);
+    later.run_at = later.created_at;
+    w.insert(later).await;
     assert_eq!(
         w.store.prune(w.now + secs(7200), keep, 100).await.unwrap(),
         2
