@@ -257,34 +257,25 @@ pub enum WriteLock {
 impl WriteLock {
     /// Commits the holding transaction.
     pub async fn commit(self) {
-        match self {
-            WriteLock::Sqlite(conn) => {
-                conn.execute_batch("COMMIT")
-                    .unwrap_or_else(|e| panic!("commit: {e}"));
-            }
-            WriteLock::Postgres(client, driver) => {
-                client
-                    .batch_execute("COMMIT")
-                    .await
-                    .unwrap_or_else(|e| panic!("commit: {e}"));
-                drop(client);
-                let _ = driver.await;
-            }
-        }
+        self.end("COMMIT").await
     }
 
     /// Rolls the holding transaction back.
     pub async fn release(self) {
+        self.end("ROLLBACK").await
+    }
+
+    async fn end(self, sql: &str) {
         match self {
             WriteLock::Sqlite(conn) => {
-                conn.execute_batch("ROLLBACK")
-                    .unwrap_or_else(|e| panic!("rollback: {e}"));
+                conn.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
             WriteLock::Postgres(client, driver) => {
                 client
-                    .batch_execute("ROLLBACK")
+                    .batch_execute(sql)
                     .await
-                    .unwrap_or_else(|e| panic!("rollback: {e}"));
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
                 drop(client);
                 let _ = driver.await;
             }
