@@ -111,43 +111,49 @@ pub(crate) async fn execute(
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
     let began = Instant::now();
     // The handler runs in this attempt's own task (no second task per job): a panic is caught
-    // as it unwinds out of the handler's future, and stopping the handler (a timeout, a lost
-    // lease, a hard stop) drops its future, as aborting a task of its own would at its next
-    // await.
-    let mut handle =
-        std::panic::AssertUnwindSafe(tracing::Instrument::instrument(handler.call(ctx), span))
-            .catch_unwind();
+    // as it unwinds out of the handler's future (the call itself is inside it, so a panic before
+    // its first await is caught too), and whatever ends the attempt (a timeout, a lost lease, a
+    // hard stop) drops its future at the end of this block, as aborting a task of its own would
+    // at its next await. The handler is polled first: one that finished while it held the thread
+    // (no await for longer than its timeout) is recorded as it ended, not as timed out.
     let timeout = policy.timeout;
-    let end: Option<AttemptEnd> = tokio::select! {
-        r = &mut handle => Some(joined(r)),
-        _ = tokio::time::sleep(timeout) => Some(AttemptEnd::TimedOut(timeout)),
-        _ = cancel.cancelled() => {
-            tokio::select! {
-                biased;
-                _ = hold.lost.cancelled() => {
-                    tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
-                    return;
+    let end: Option<AttemptEnd> = {
+        let call = async move { handler.call(ctx).await };
+        let mut handle = std::pin::pin!(std::panic::AssertUnwindSafe(
+            tracing::Instrument::instrument(call, span)
+        )
+        .catch_unwind());
+        tokio::select! {
+            biased;
+            r = &mut handle => Some(joined(r)),
+            _ = tokio::time::sleep(timeout) => Some(AttemptEnd::TimedOut(timeout)),
+            _ = cancel.cancelled() => {
+                tokio::select! {
+                    biased;
+                    _ = hold.lost.cancelled() => {
+                        tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+                        return;
+                    }
+                    r = tokio::time::timeout(shared.options.cancel_grace, &mut handle) => match r {
+                        Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
+                        _ => Some(AttemptEnd::Cancelled),
+                    },
                 }
-                r = tokio::time::timeout(shared.options.cancel_grace, &mut handle) => match r {
-                    Ok(Ok(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
-                    _ => Some(AttemptEnd::Cancelled),
-                },
             }
-        }
-        _ = hard.cancelled() => None,
-        _ = hold.lost.cancelled() => {
-            if completed.load(std::sync::atomic::Ordering::SeqCst) {
-                // Not lost: the handler completed the job in its own transaction, and a renewal
-                // found it no longer running. Its outcome is recorded as that completion.
-                Some(AttemptEnd::Returned(Ok(())))
-            } else {
-                tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
-                return; // no outcome: the job's lease is void and a rescuer decides
+            _ = hard.cancelled() => None,
+            _ = hold.lost.cancelled() => {
+                if completed.load(std::sync::atomic::Ordering::SeqCst) {
+                    // Not lost: the handler completed the job in its own transaction, and a
+                    // renewal found it no longer running. Its outcome is recorded as that
+                    // completion.
+                    Some(AttemptEnd::Returned(Ok(())))
+                } else {
+                    tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
+                    return; // no outcome: the job's lease is void and a rescuer decides
+                }
             }
         }
     };
-    // Whatever ended the attempt, the handler stops here (its future dropped).
-    drop(handle);
     // A handler that saw the cancellation and returned an error ends cancelled, whichever
     // branch above noticed first; one that succeeded anyway stays completed.
     let end = match end {

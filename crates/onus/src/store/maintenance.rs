@@ -146,26 +146,30 @@ pub(crate) async fn ack_all_alerts<T: Tx + ?Sized>(tx: &T, now: Timestamp) -> St
     tx.execute(&ACK_ALL_ALERTS, &[now.into()]).await
 }
 
-// Finished jobs of state $1 that finished before $2, at most $3, with their queue and kind for the
+// Finished jobs of state $1 that finished before $2, at most $4, with their queue and kind for the
 // counts. A finished job has no narrow row (see migration 10), so its row says its state. They
 // are found among the jobs created before $2 (a job finishes after it is created): on SQLite
 // through the index by state and end; on PostgreSQL among the oldest ids, up to the first job
-// created at or after $2 (ids grow with creation), read through the primary key from its start.
-// The row's own indexes name no column a finish changes, and the block-range index of creation
-// times cannot bound this search: its ranges filled since the last vacuum are unsummarized and
-// every scan reads them, so each retention pass read the whole table's new part (70 ms a pass
-// after 100,000 jobs, finding nothing).
+// created between $2 and now ($3; ids grow with creation), read through the primary key from its
+// start. A job whose creation time is ahead of now (an inserting process's clock ahead of this
+// one's) bounds nothing, so it never holds back the jobs after it. The row's own indexes name no
+// column a finish changes, and the block-range index of creation times cannot bound this search:
+// its ranges filled since the last vacuum are unsummarized and every scan reads them, so each
+// retention pass read the whole table's new part (70 ms a pass after 100,000 jobs, finding
+// nothing).
 static PRUNE_IN_STATE: Sql = Sql::per_backend(
     JOBS,
     "DELETE FROM onus_job_rows WHERE id IN (SELECT id FROM onus_job_rows
-     WHERE state = $1 AND finalized_at IS NOT NULL AND finalized_at < $2 AND created_at < $2 LIMIT $3)
+     WHERE state = $1 AND finalized_at IS NOT NULL AND finalized_at < $2 AND created_at < $2
+       AND created_at <= $3 LIMIT $4)
      RETURNING queue, kind",
     "DELETE FROM onus_job_rows WHERE id = ANY(ARRAY(
         SELECT id FROM onus_job_rows
-        WHERE id < coalesce((SELECT id FROM onus_job_rows WHERE created_at >= $2 ORDER BY id LIMIT 1),
+        WHERE id < coalesce((SELECT id FROM onus_job_rows WHERE created_at >= $2 AND created_at <= $3
+                             ORDER BY id LIMIT 1),
                             9223372036854775807)
           AND state = $1 AND finalized_at IS NOT NULL AND finalized_at < $2 AND created_at < $2
-        ORDER BY id LIMIT $3))
+        ORDER BY id LIMIT $4))
      RETURNING queue, kind",
 );
 
@@ -207,7 +211,7 @@ pub(crate) async fn prune<T: Tx + ?Sized>(
         let rows = tx
             .query(
                 &PRUNE_IN_STATE,
-                &[state.into(), before.into(), limit.into()],
+                &[state.into(), before.into(), now.into(), limit.into()],
             )
             .await?;
         n += rows.len() as u64;

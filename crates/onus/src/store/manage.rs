@@ -450,8 +450,9 @@ pub(crate) async fn cancel<T: Tx + ?Sized>(
          RETURNING onus_job_rows.id, onus_job_rows.queue, onus_job_rows.kind",
         no = if b == Backend::Sqlite { "0" } else { "false" },
         // A job a claim takes meanwhile is passed over once that claim commits (its waiting row
-        // is gone): it is running, and asked to stop below.
-        lock = if b == Backend::Sqlite { "" } else { " FOR UPDATE" },
+        // is gone): it is running, and asked to stop below. Locked in the order of their ids, as
+        // a bulk retry takes them, so two bulk operations never wait on each other in a cycle.
+        lock = if b == Backend::Sqlite { "" } else { " ORDER BY id FOR UPDATE" },
     );
     let rows = tx.query(&built(b, text), &p).await?;
     let cancelled: Vec<JobId> = rows

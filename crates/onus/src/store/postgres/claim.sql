@@ -42,6 +42,8 @@ WITH available AS (
     WHERE l.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING l.*
 ), taken AS (
+    -- Every column of onus_live, each carried over or set as a claim sets it: a column added to
+    -- the table must be added here, or a claim would reset it.
     INSERT INTO onus_live (id, queue, kind, priority, state, run_at, created_at, attempt, attempted_at, lease_key,
                            rate_key, unique_key, lease_wait, lease_owner, lease_expires_at, cancel_requested)
     SELECT id, queue, kind, priority, 'running', run_at, created_at, attempt + 1, $1, lease_key,
