@@ -67,10 +67,10 @@ pub(crate) async fn execute(
     started: &AtomicU64,
 ) {
     let cancel = hold.cancel.clone();
-    let Some(kind) = shared.kinds.get(&job.kind).cloned() else {
+    let Some(kind) = shared.kinds.get(&job.kind) else {
         return; // claims only ask for known kinds
     };
-    let Some(handler) = kind.handler.clone() else {
+    let Some(handler) = kind.handler.as_ref() else {
         return;
     };
     let policy = &kind.policy;
