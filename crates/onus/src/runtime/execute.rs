@@ -33,7 +33,7 @@ pub(crate) fn send_outcome(
     finish: &mpsc::UnboundedSender<QueuedOutcome>,
     f: Finish,
     hold: &Hold,
-    counted: Option<(String, Option<Duration>)>,
+    counted: Option<(Arc<str>, Option<Duration>)>,
     pre_completed: bool,
 ) {
     let id = f.id;
@@ -176,7 +176,7 @@ pub(crate) async fn execute(
         finish,
         f,
         hold,
-        Some((job.kind.clone(), Some(began.elapsed()))),
+        Some((kind.label.clone(), Some(began.elapsed()))),
         pre_completed,
     );
 }

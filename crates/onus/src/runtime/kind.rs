@@ -41,6 +41,8 @@ where
 #[derive(Clone)]
 pub struct Kind {
     pub(crate) name: String,
+    /// The name as a shared label for metrics: one per kind, not a string made per attempt.
+    pub(crate) label: Arc<str>,
     pub(crate) policy: Policy,
     pub(crate) queue: String,
     pub(crate) lease_slots: u32,
@@ -71,8 +73,10 @@ impl fmt::Debug for Kind {
 impl Kind {
     /// A kind with the `default` policy in the `default` queue, not handled in this process.
     pub fn new(name: impl Into<String>) -> Self {
+        let name: String = name.into();
         Kind {
-            name: name.into(),
+            label: Arc::from(name.as_str()),
+            name,
             policy: Policy::preset_default(),
             queue: crate::DEFAULT_QUEUE.into(),
             lease_slots: 1,

@@ -31,19 +31,22 @@ pub fn outcome_of(t: &Transition) -> &'static str {
 }
 
 /// Counts one decided attempt of `kind`, and how long it ran when known.
-pub(crate) fn attempt(kind: &str, t: &Transition, took: Option<Duration>) {
-    metrics::counter!(ATTEMPTS, "kind" => kind.to_string(), "outcome" => outcome_of(t))
-        .increment(1);
+pub(crate) fn attempt(kind: &std::sync::Arc<str>, t: &Transition, took: Option<Duration>) {
+    // The kind's label is shared (an `Arc`), not a string made for each counter.
+    metrics::counter!(ATTEMPTS, "kind" => kind.clone(), "outcome" => outcome_of(t)).increment(1);
     if matches!(t, Transition::Snooze { .. }) {
-        metrics::counter!(SNOOZES, "kind" => kind.to_string()).increment(1);
+        metrics::counter!(SNOOZES, "kind" => kind.clone()).increment(1);
     }
     if let Some(d) = took {
-        metrics::histogram!(ATTEMPT_SECONDS, "kind" => kind.to_string()).record(d.as_secs_f64());
+        metrics::histogram!(ATTEMPT_SECONDS, "kind" => kind.clone()).record(d.as_secs_f64());
     }
 }
 
-/// Records how long a claimed job waited past its due time.
-pub(crate) fn picked_up(queue: &str, delay: chrono::TimeDelta) {
-    let s = delay.num_microseconds().unwrap_or(0).max(0) as f64 / 1e6;
-    metrics::histogram!(PICKUP_SECONDS, "queue" => queue.to_string()).record(s);
+/// Records how long each job of one claim of `queue` waited past its due time (the label made
+/// once for the claim, not once per job).
+pub(crate) fn picked_up(queue: &str, delays: impl IntoIterator<Item = chrono::TimeDelta>) {
+    let h = metrics::histogram!(PICKUP_SECONDS, "queue" => queue.to_string());
+    for delay in delays {
+        h.record(delay.num_microseconds().unwrap_or(0).max(0) as f64 / 1e6);
+    }
 }

@@ -421,10 +421,10 @@ fn hold_claimed(
         return (Vec::new(), got);
     }
     let claimed_at = shared.clock.now();
+    super::metrics::picked_up(queue, claimed.iter().map(|job| claimed_at - job.run_at));
     let held = claimed
         .into_iter()
         .map(|job| {
-            super::metrics::picked_up(queue, claimed_at - job.run_at);
             let hold = shared.hub.register(job.id, job.attempt, started);
             (job, hold)
         })

@@ -212,9 +212,7 @@ impl Client {
                         lease_slots: self.shared.lease_slots(group),
                     })
                     .await?;
-                for j in &jobs {
-                    super::metrics::picked_up(queue, now - j.run_at);
-                }
+                super::metrics::picked_up(queue, jobs.iter().map(|j| now - j.run_at));
                 let jobs = self.admit_claimed(jobs).await;
                 out.extend(jobs.into_iter().map(|job| Claimed {
                     lease_token: token_of(&secret, job.attempt),
@@ -585,7 +583,7 @@ impl Client {
                 continue;
             }
             let took = job.attempted_at.and_then(|at| (now - at).to_std().ok());
-            super::metrics::attempt(&job.kind, t, took);
+            super::metrics::attempt(&std::sync::Arc::from(job.kind.as_str()), t, took);
             queues.insert(job.queue.as_str());
             out[i] = Ok(read_back.get(&job.id).map_or(state, |j| j.state));
         }
