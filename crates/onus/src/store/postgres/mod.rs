@@ -941,15 +941,19 @@ pub(crate) async fn finish_batch(
             .query(&stmt, &[&now, &ids, &attempts, &owners, &releases])
             .await
             .map_err(pg_error)?;
-        // Each job written applies through its first listing of the attempt and owner written.
+        // Each job written applies through its first listing of the attempt and owner written
+        // (looked up once per row, not by a search of the batch per row).
+        let mut first: std::collections::HashMap<(JobId, i32, &str), usize> =
+            std::collections::HashMap::with_capacity(plain.len());
+        for &i in plain.iter().rev() {
+            let f = &batch[i];
+            first.insert((f.id, f.attempt as i32, f.owner.as_str()), i);
+        }
         for r in &rows {
             let written: (Option<i64>, Option<i32>, Option<String>) =
                 (r.get(0), r.get(1), r.get(2));
             if let (Some(id), Some(attempt), Some(owner)) = written {
-                if let Some(&i) = plain.iter().find(|&&i| {
-                    let f = &batch[i];
-                    f.id == id && f.attempt as i32 == attempt && f.owner == owner
-                }) {
+                if let Some(&i) = first.get(&(id, attempt, owner.as_str())) {
                     applied[i] = true;
                 }
             }
