@@ -41,9 +41,17 @@ pub(crate) async fn rows<T: Tx + ?Sized>(
             .iter()
             .map(|r| r.get::<JobId>("id"))
             .collect::<StoreResult<Vec<_>>>()?;
-        return manage::rows_by_ids(tx, &ids).await;
+        return match ids.is_empty() {
+            true => Ok(Vec::new()),
+            false => tx.query(&manage::CLAIMED_BY_IDS, &[Value::list(ids)]).await,
+        };
     }
     Ok(rows)
+}
+
+/// The jobs a claim for `req` took, from its rows.
+pub(crate) fn claimed(rows: Vec<Row>, req: &ClaimRequest) -> StoreResult<Vec<Job>> {
+    rows.into_iter().map(|r| manage::claimed(r, req)).collect()
 }
 
 /// Claims for `req` with `plain` (when none of its kinds is capped) or `capped`, the jobs in the
@@ -60,7 +68,8 @@ pub(crate) async fn claim<T: Tx + ?Sized>(
             with_caps(tx, r, capped).await?
         } else {
             let kinds: Vec<&String> = r.kinds.iter().collect();
-            manage::jobs(rows(tx, plain, r, &kinds, r.limit, Vec::new()).await?)?
+            let got = rows(tx, plain, r, &kinds, r.limit, Vec::new()).await?;
+            claimed(got, r)?
         };
         rounds.took(tx, got).await?;
     }
@@ -205,7 +214,7 @@ async fn with_caps<T: Tx + ?Sized>(tx: &T, req: &ClaimRequest, sql: &Sql) -> Sto
                 Value::list(open.values().copied()),
             ],
         };
-        let got = manage::jobs(rows(tx, sql, req, &kinds, want, extra).await?)?;
+        let got = claimed(rows(tx, sql, req, &kinds, want, extra).await?, req)?;
         let mut filled = false;
         for j in &got {
             if let Some(r) = rooms.get_mut(j.kind.as_str()) {

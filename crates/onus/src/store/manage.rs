@@ -2,11 +2,11 @@
 //! every list, count and bulk action takes, and `get`, `list`, `count`, `expired`, `retry`,
 //! `cancel` and `delete`.
 
-use crate::clock::Timestamp;
+use crate::clock::{trunc, Timestamp};
 use crate::job::{DiscardReason, HistoryEntry, Job, JobId, JobState, Progress};
 use crate::sql::{Backend, FromRow, Json, Row, Sql, Tx, Value};
 use crate::store::{
-    counts, CancelOutcome, JobFilter, Refused, RetryOutcome, StoreError, StoreResult,
+    counts, CancelOutcome, ClaimRequest, JobFilter, Refused, RetryOutcome, StoreError, StoreResult,
 };
 
 /// Every column of a job.
@@ -83,6 +83,82 @@ pub(crate) fn job(mut r: Row) -> StoreResult<Job> {
         } else {
             None
         },
+    })
+}
+
+/// The columns a claim reads back of each job it took, in this order: what the store kept of
+/// the job. What the claim itself wrote (the state, the attempt's time, the lease) [`claimed`]
+/// sets from the request instead of decoding it again (a fifth of a worker's instructions went
+/// to decoding claimed rows).
+macro_rules! claimed_cols {
+    () => {
+        "id, kind, args, priority, attempt, max_attempts, run_at, created_at, errors, snoozes, \
+         unique_key, lease_key, tags"
+    };
+}
+
+/// A claim's rows by their ids, with the columns [`claimed`] reads.
+pub(crate) static CLAIMED_BY_IDS: Sql = Sql::per_backend(
+    "onus_jobs",
+    concat!(
+        "SELECT ",
+        claimed_cols!(),
+        " FROM onus_jobs WHERE id IN (SELECT value FROM json_each($1))"
+    ),
+    concat!(
+        "SELECT ",
+        claimed_cols!(),
+        " FROM onus_jobs WHERE id = ANY($1)"
+    ),
+);
+
+/// A job the claim `req` took, from a row with [`claimed_cols`]: running, its attempt begun at
+/// the claim's time and leased to its owner until the claim's lease end, in the claim's queue,
+/// with no cancel asked for, no progress and no result.
+pub(crate) fn claimed(mut r: Row, req: &ClaimRequest) -> StoreResult<Job> {
+    // Taken in the columns' order (see `Row::take`).
+    let (id, kind, args, priority, attempt, max_attempts, run_at, created_at) = (
+        r.take("id")?,
+        r.take("kind")?,
+        r.take("args")?,
+        r.take("priority")?,
+        r.take("attempt")?,
+        r.take("max_attempts")?,
+        r.take("run_at")?,
+        r.take("created_at")?,
+    );
+    let errors: Json<Vec<HistoryEntry>> = r.take("errors")?;
+    let (snoozes, unique_key, lease_key) = (
+        r.take("snoozes")?,
+        r.take("unique_key")?,
+        r.take("lease_key")?,
+    );
+    let tags: Json<Vec<String>> = r.take("tags")?;
+    Ok(Job {
+        id,
+        kind,
+        queue: req.queue.clone(),
+        args,
+        priority,
+        state: JobState::Running,
+        attempt,
+        max_attempts,
+        run_at,
+        created_at,
+        // As stored: to the microsecond.
+        attempted_at: Some(trunc(req.now)),
+        finalized_at: None,
+        errors: errors.0,
+        snoozes,
+        discard_reason: None,
+        unique_key,
+        lease_key,
+        lease_owner: Some(req.owner.clone()),
+        lease_expires_at: Some(trunc(req.lease_until)),
+        cancel_requested: false,
+        tags: tags.0,
+        progress: None,
+        result: None,
     })
 }
 

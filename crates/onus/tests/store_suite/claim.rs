@@ -141,3 +141,65 @@ pub(crate) async fn a_capped_kind_takes_no_more_than_its_room(backend: Backend) 
     assert!(second.iter().all(|j| j.kind == "free"));
     assert_eq!(second.len(), 2);
 }
+
+/// A claimed job is the job as the store then keeps it, field for field: the claim reads back
+/// only what the store kept and sets what it wrote itself (state, attempt time, lease), so the
+/// two must agree, for a first attempt, a retry found among the delayed jobs, and a capped claim.
+pub(crate) async fn a_claimed_job_is_the_job_as_stored(backend: Backend) {
+    let w = world(backend).await;
+    let j = w
+        .insert(InsertRow {
+            priority: 3,
+            unique_key: Some("u-1".into()),
+            lease_key: Some("customer:7".into()),
+            tags: vec!["t1".into(), "t2".into()],
+            args: serde_json::json!({"nested": {"list": [1, 2, 3]}, "s": "é"}),
+            ..w.row("a")
+        })
+        .await;
+    let first = w.claim(&["a"], 10, w.now).await.remove(0);
+    assert_eq!(first, w.get(&j).await);
+    assert_eq!(
+        (first.attempt, first.lease_key.as_deref()),
+        (1, Some("customer:7"))
+    );
+    let retry = Transition::Retry {
+        run_at: w.now + secs(10),
+        entry: entry(w.now, 1, "boom"),
+    };
+    let applied = w
+        .store
+        .finish(vec![w.finish(&first, retry, w.now)])
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true]);
+    // A claim's time finer than the stores keep (a system clock's nanoseconds) reads as stored.
+    let later = w.now + secs(10);
+    let second = w
+        .claim(&["a"], 10, later + TimeDelta::nanoseconds(789))
+        .await
+        .remove(0);
+    assert_eq!(second, w.get(&j).await);
+    assert_eq!(
+        (second.attempt, second.errors.len(), second.attempted_at),
+        (2, 1, Some(later))
+    );
+    // A capped kind's claim takes the same path's columns.
+    let k = w.insert(w.row("b")).await;
+    let capped = w
+        .store
+        .claim(ClaimRequest {
+            queue: "default".into(),
+            kinds: vec!["b".into()],
+            limit: 10,
+            owner: OWNER.into(),
+            now: later,
+            lease_until: later + secs(30),
+            caps: vec![("b".into(), 5)],
+            lease_slots: Vec::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(capped.len(), 1);
+    assert_eq!(capped[0], w.get(&k).await);
+}

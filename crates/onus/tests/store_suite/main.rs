@@ -130,6 +130,7 @@ onus_testkit::both!(setup = crate::on;
         claim_takes_due_jobs_of_known_kinds_once,
         claims_through_a_backlog_miss_nothing_sorting_before_what_they_took,
         a_paused_queue_claims_nothing_until_resumed,
+        a_claimed_job_is_the_job_as_stored,
         a_capped_kind_takes_no_more_than_its_room,
     ],
     finish: [

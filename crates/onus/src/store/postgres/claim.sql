@@ -18,7 +18,9 @@
 -- waited for that other claim to commit: 23% of the machine idle with four processes. The
 -- deletion is counted by onus_live's trigger; the arrival as running by `counted`. The answer is
 -- made from the moved rows as they were (`taken` writes exactly those, changed as the answer
--- says), so which scan found a job is its old state, not a search of one list per row.
+-- says), so which scan found a job is its old state, not a search of one list per row. The answer
+-- has only what the store kept of each job (`claimed_cols!` in manage.rs): what the claim wrote,
+-- the worker knows already.
 WITH available AS (
     SELECT id, priority, run_at, 0 AS src FROM onus_live
     WHERE state = 'available' AND queue = $4 AND kind = ANY($5) /*after*/
@@ -53,8 +55,6 @@ WITH available AS (
     INSERT INTO onus_job_deltas (queue, kind, state, n)
     SELECT queue, kind, 'running', count(*) FROM moved GROUP BY queue, kind
 )
-SELECT j.id, j.kind, j.queue, j.args, j.priority, 'running' AS state, m.attempt + 1 AS attempt, j.max_attempts,
-    m.run_at, j.created_at, $1 AS attempted_at, j.finalized_at, j.errors, j.snoozes, j.discard_reason,
-    j.unique_key, j.lease_key, $2 AS lease_owner, $3 AS lease_expires_at, false AS cancel_requested, j.tags,
-    CASE WHEN m.state = 'available' THEN 0 ELSE 1 END AS src
+SELECT j.id, j.kind, j.args, j.priority, m.attempt + 1 AS attempt, j.max_attempts, m.run_at, j.created_at,
+    j.errors, j.snoozes, j.unique_key, j.lease_key, j.tags, CASE WHEN m.state = 'available' THEN 0 ELSE 1 END AS src
 FROM moved m CROSS JOIN LATERAL (SELECT * FROM onus_job_rows j WHERE j.id = m.id) j

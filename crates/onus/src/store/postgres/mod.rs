@@ -824,7 +824,7 @@ async fn claim_from_cursor(
     let mut last = None;
     for r in rows {
         let src: i32 = r.get("src")?;
-        let job = manage::job(r)?;
+        let job = manage::claimed(r, req)?;
         if src == 0 {
             last = last.max(Some((job.priority, job.run_at, job.id)));
         }
