@@ -16,7 +16,7 @@ pub(crate) struct QueuedOutcome {
     pub(crate) hold: Option<u64>,
     /// The kind and how long the attempt ran, counted in the metrics once the outcome is
     /// recorded (an outcome refused by its lease guard was never this process's to count).
-    pub(crate) counted: Option<(std::sync::Arc<str>, Option<Duration>)>,
+    pub(crate) counted: Option<(std::sync::Arc<super::metrics::KindMeters>, Option<Duration>)>,
     /// The handler completed the job in its own transaction
     /// ([`JobContext::complete_with`](crate::JobContext::complete_with)): the finisher writes
     /// nothing for it, only releases its hold and counts it.

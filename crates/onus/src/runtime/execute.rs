@@ -33,7 +33,7 @@ pub(crate) fn send_outcome(
     finish: &mpsc::UnboundedSender<QueuedOutcome>,
     f: Finish,
     hold: &Hold,
-    counted: Option<(Arc<str>, Option<Duration>)>,
+    counted: Option<(Arc<super::metrics::KindMeters>, Option<Duration>)>,
     pre_completed: bool,
 ) {
     let id = f.id;
@@ -176,7 +176,7 @@ pub(crate) async fn execute(
         finish,
         f,
         hold,
-        Some((kind.label.clone(), Some(began.elapsed()))),
+        Some((kind.meters.clone(), Some(began.elapsed()))),
         pre_completed,
     );
 }

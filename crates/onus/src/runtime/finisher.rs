@@ -197,8 +197,8 @@ fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
                 .unwritten
                 .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
-        if let (true, Some((kind, took))) = (ok, &o.counted) {
-            super::metrics::attempt(kind, &f.transition, *took);
+        if let (true, Some((meters, took))) = (ok, &o.counted) {
+            meters.attempt(&f.transition, *took);
         }
         woken |= f.release_lease.is_some() || matches!(f.transition, Transition::Return);
     }

@@ -10,7 +10,10 @@
 //! claim). A job not renewed for most of a lease is *lost* here: its attempt is stopped without an
 //! outcome, because another process may rescue it (the fence).
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -60,14 +63,14 @@ pub(crate) struct Snapshot {
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
-    held: Mutex<HashMap<JobId, Entry>>,
+    held: Mutex<FxHashMap<JobId, Entry>>,
     serial: AtomicU64,
     /// When a write of this process (a renewal, an outcome) last reached the database.
     answered: Mutex<Option<Instant>>,
 }
 
 impl Hub {
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Entry>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, FxHashMap<JobId, Entry>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -151,19 +154,19 @@ impl Hub {
 
     /// Stops holding the job (its outcome is written, or there is none to write).
     pub(crate) fn release(&self, id: JobId, serial: u64) {
-        let mut h = self.held();
-        if h.get(&id).is_some_and(|e| e.serial == serial) {
-            h.remove(&id);
+        if let Slot::Occupied(e) = self.held().entry(id) {
+            if e.get().serial == serial {
+                e.remove();
+            }
         }
     }
 
     /// Stops holding the job unless its outcome is queued (then the finisher releases it).
     pub(crate) fn release_unless_finishing(&self, id: JobId, serial: u64) {
-        let mut h = self.held();
-        if h.get(&id)
-            .is_some_and(|e| e.serial == serial && !e.finishing)
-        {
-            h.remove(&id);
+        if let Slot::Occupied(e) = self.held().entry(id) {
+            if e.get().serial == serial && !e.get().finishing {
+                e.remove();
+            }
         }
     }
 

@@ -41,8 +41,8 @@ where
 #[derive(Clone)]
 pub struct Kind {
     pub(crate) name: String,
-    /// The name as a shared label for metrics: one per kind, not a string made per attempt.
-    pub(crate) label: Arc<str>,
+    /// Its metrics' handles, shared by every attempt.
+    pub(crate) meters: Arc<super::metrics::KindMeters>,
     pub(crate) policy: Policy,
     pub(crate) queue: String,
     pub(crate) lease_slots: u32,
@@ -75,7 +75,7 @@ impl Kind {
     pub fn new(name: impl Into<String>) -> Self {
         let name: String = name.into();
         Kind {
-            label: Arc::from(name.as_str()),
+            meters: Arc::new(super::metrics::KindMeters::new(&name)),
             name,
             policy: Policy::preset_default(),
             queue: crate::DEFAULT_QUEUE.into(),

@@ -2,7 +2,10 @@
 //! such as the Prometheus exporter `onus serve` serves at `/metrics`; without one they cost
 //! next to nothing).
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use metrics::{Counter, Histogram};
 
 use crate::outcome::Transition;
 
@@ -18,27 +21,81 @@ pub const PICKUP_SECONDS: &str = "onus_pickup_delay_seconds";
 
 /// The outcome label of a transition.
 pub fn outcome_of(t: &Transition) -> &'static str {
+    OUTCOMES[outcome_index(t)]
+}
+
+/// Every outcome label, in the order of [`outcome_index`].
+const OUTCOMES: [&str; 8] = [
+    "completed",
+    "retryable",
+    "snoozed",
+    "discarded",
+    "cancelled",
+    "returned",
+    "held",
+    "deferred",
+];
+
+fn outcome_index(t: &Transition) -> usize {
     match t {
-        Transition::Complete => "completed",
-        Transition::Retry { .. } => "retryable",
-        Transition::Snooze { .. } => "snoozed",
-        Transition::Discard { .. } => "discarded",
-        Transition::Cancel { .. } => "cancelled",
-        Transition::Return => "returned",
-        Transition::Hold { .. } => "held",
-        Transition::Defer { .. } => "deferred",
+        Transition::Complete => 0,
+        Transition::Retry { .. } => 1,
+        Transition::Snooze { .. } => 2,
+        Transition::Discard { .. } => 3,
+        Transition::Cancel { .. } => 4,
+        Transition::Return => 5,
+        Transition::Hold { .. } => 6,
+        Transition::Defer { .. } => 7,
     }
 }
 
-/// Counts one decided attempt of `kind`, and how long it ran when known.
-pub(crate) fn attempt(kind: &std::sync::Arc<str>, t: &Transition, took: Option<Duration>) {
-    // The kind's label is shared (an `Arc`), not a string made for each counter.
-    metrics::counter!(ATTEMPTS, "kind" => kind.clone(), "outcome" => outcome_of(t)).increment(1);
-    if matches!(t, Transition::Snooze { .. }) {
-        metrics::counter!(SNOOZES, "kind" => kind.clone()).increment(1);
+/// A kind's metrics: its handles registered with the recorder once, at the kind's first counted
+/// attempt (`onus serve` installs its recorder before any attempt runs), and kept, so that an
+/// attempt builds no key (its labels, a vector) to count itself.
+#[derive(Debug)]
+pub(crate) struct KindMeters {
+    kind: Arc<str>,
+    handles: OnceLock<Handles>,
+}
+
+#[derive(Debug)]
+struct Handles {
+    attempts: [Counter; 8],
+    snoozes: Counter,
+    seconds: Histogram,
+}
+
+impl KindMeters {
+    pub(crate) fn new(kind: &str) -> Self {
+        KindMeters {
+            kind: Arc::from(kind),
+            handles: OnceLock::new(),
+        }
     }
-    if let Some(d) = took {
-        metrics::histogram!(ATTEMPT_SECONDS, "kind" => kind.clone()).record(d.as_secs_f64());
+
+    fn handles(&self) -> &Handles {
+        self.handles.get_or_init(|| {
+            let kind = &self.kind;
+            Handles {
+                attempts: OUTCOMES.map(|outcome| {
+                    metrics::counter!(ATTEMPTS, "kind" => kind.clone(), "outcome" => outcome)
+                }),
+                snoozes: metrics::counter!(SNOOZES, "kind" => kind.clone()),
+                seconds: metrics::histogram!(ATTEMPT_SECONDS, "kind" => kind.clone()),
+            }
+        })
+    }
+
+    /// Counts one decided attempt, and how long it ran when known.
+    pub(crate) fn attempt(&self, t: &Transition, took: Option<Duration>) {
+        let h = self.handles();
+        h.attempts[outcome_index(t)].increment(1);
+        if matches!(t, Transition::Snooze { .. }) {
+            h.snoozes.increment(1);
+        }
+        if let Some(d) = took {
+            h.seconds.record(d.as_secs_f64());
+        }
     }
 }
 

@@ -21,7 +21,7 @@ mod pull;
 mod queues;
 mod skew;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,7 +190,7 @@ pub(crate) struct Shared {
     pub(crate) outage: OutageLog,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) kinds: HashMap<String, Kind>,
+    pub(crate) kinds: rustc_hash::FxHashMap<String, Kind>,
     pub(crate) queues: BTreeMap<String, usize>,
     pub(crate) periodics: Vec<Periodic>,
     pub(crate) options: Options,

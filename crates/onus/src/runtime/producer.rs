@@ -501,7 +501,10 @@ async fn dispatch(
             Some(run) if !hold.cancel.is_cancelled() => {
                 let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
                 let started = run_slots.started.clone();
-                tracker.spawn(async move {
+                // Boxed: the task then moves a pointer, not the attempt's whole state (a handler's
+                // timers and cancellation waits, admission's), as it is created and ended (its
+                // copies were a tenth of a worker's instructions per job).
+                tracker.spawn(Box::pin(async move {
                     let _unhold = Unhold {
                         shared: &shared,
                         id,
@@ -510,7 +513,7 @@ async fn dispatch(
                     execute(&shared, job, &hold, hard, &finish, &started).await;
                     drop(run);
                     drop(claimed);
-                });
+                }));
             }
             _ => {
                 // The store turns this into a cancel when one was asked for.

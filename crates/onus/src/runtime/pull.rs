@@ -583,7 +583,10 @@ impl Client {
                 continue;
             }
             let took = job.attempted_at.and_then(|at| (now - at).to_std().ok());
-            super::metrics::attempt(&std::sync::Arc::from(job.kind.as_str()), t, took);
+            match self.shared.kinds.get(&job.kind) {
+                Some(kind) => kind.meters.attempt(t, took),
+                None => super::metrics::KindMeters::new(&job.kind).attempt(t, took),
+            }
             queues.insert(job.queue.as_str());
             out[i] = Ok(read_back.get(&job.id).map_or(state, |j| j.state));
         }

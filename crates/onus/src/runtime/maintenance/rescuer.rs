@@ -52,7 +52,7 @@ pub(crate) async fn rescuer(
                     let mut f = attempt::ended(&shared, &job, Some(end), &kind.policy);
                     f.expired_before = Some(now); // unless a heartbeat renewed it meanwhile
                     let mut o = QueuedOutcome::unheld(f);
-                    o.counted = Some((kind.label.clone(), None));
+                    o.counted = Some((kind.meters.clone(), None));
                     let _ = finish.send(o);
                 }
             }

@@ -943,8 +943,8 @@ pub(crate) async fn finish_batch(
             .map_err(pg_error)?;
         // Each job written applies through its first listing of the attempt and owner written
         // (looked up once per row, not by a search of the batch per row).
-        let mut first: std::collections::HashMap<(JobId, i32, &str), usize> =
-            std::collections::HashMap::with_capacity(plain.len());
+        let mut first: rustc_hash::FxHashMap<(JobId, i32, &str), usize> =
+            rustc_hash::FxHashMap::with_capacity_and_hasher(plain.len(), Default::default());
         for &i in plain.iter().rev() {
             let f = &batch[i];
             first.insert((f.id, f.attempt as i32, f.owner.as_str()), i);
