@@ -142,9 +142,10 @@ pub(crate) async fn a_capped_kind_takes_no_more_than_its_room(backend: Backend) 
     assert_eq!(second.len(), 2);
 }
 
-/// A claimed job is the job as the store then keeps it, field for field: the claim reads back
-/// only what the store kept and sets what it wrote itself (state, attempt time, lease), so the
-/// two must agree, for a first attempt, a retry found among the delayed jobs, and a capped claim.
+/// A claimed job is the job as the store then keeps it, field for field (a claim returns no
+/// progress: none was reported here): the claim reads back only what the store kept and sets
+/// what it wrote itself (state, attempt time, lease), so the two must agree, for a first attempt,
+/// a retry found among the delayed jobs, and a capped claim.
 pub(crate) async fn a_claimed_job_is_the_job_as_stored(backend: Backend) {
     let w = world(backend).await;
     let j = w
@@ -186,20 +187,11 @@ pub(crate) async fn a_claimed_job_is_the_job_as_stored(backend: Backend) {
     );
     // A capped kind's claim takes the same path's columns.
     let k = w.insert(w.row("b")).await;
-    let capped = w
-        .store
-        .claim(ClaimRequest {
-            queue: "default".into(),
-            kinds: vec!["b".into()],
-            limit: 10,
-            owner: OWNER.into(),
-            now: later,
-            lease_until: later + secs(30),
-            caps: vec![("b".into(), 5)],
-            lease_slots: Vec::new(),
-        })
-        .await
-        .unwrap();
+    let req = ClaimRequest {
+        caps: vec![("b".into(), 5)],
+        ..w.claim_request(&["b"], 10, later)
+    };
+    let capped = w.store.claim(req).await.unwrap();
     assert_eq!(capped.len(), 1);
     assert_eq!(capped[0], w.get(&k).await);
 }

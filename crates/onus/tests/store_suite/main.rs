@@ -72,19 +72,22 @@ impl World {
     }
 
     async fn claim(&self, kinds: &[&str], limit: usize, at: Timestamp) -> Vec<Job> {
-        self.store
-            .claim(ClaimRequest {
-                queue: "default".into(),
-                kinds: kinds.iter().map(|k| k.to_string()).collect(),
-                limit,
-                owner: OWNER.into(),
-                now: at,
-                lease_until: at + secs(30),
-                caps: Vec::new(),
-                lease_slots: Vec::new(),
-            })
-            .await
-            .unwrap()
+        let req = self.claim_request(kinds, limit, at);
+        self.store.claim(req).await.unwrap()
+    }
+
+    /// A claim of `kinds` in the default queue at `at`, leased for 30 s, nothing capped.
+    fn claim_request(&self, kinds: &[&str], limit: usize, at: Timestamp) -> ClaimRequest {
+        ClaimRequest {
+            queue: "default".into(),
+            kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            limit,
+            owner: OWNER.into(),
+            now: at,
+            lease_until: at + secs(30),
+            caps: Vec::new(),
+            lease_slots: Vec::new(),
+        }
     }
 
     fn finish(&self, job: &Job, transition: Transition, at: Timestamp) -> Finish {
