@@ -240,7 +240,8 @@ pub static JOBS: Line = Line {
         "007_progress_and_results.sql",
         "008_periodic_pause.sql",
         "009_rate_keys.sql",
-        "010_live_jobs.sql"
+        "010_live_jobs.sql",
+        "011_job_ends.sql"
     ),
     postgres: crate::migrations!(
         "../../migrations/jobs/postgres",
@@ -253,7 +254,8 @@ pub static JOBS: Line = Line {
         "007_progress_and_results.sql",
         "008_periodic_pause.sql",
         "009_rate_keys.sql",
-        "010_live_jobs.sql"
+        "010_live_jobs.sql",
+        "011_job_ends.sql"
     ),
 };
 

@@ -147,7 +147,9 @@ pub(crate) async fn ack_all_alerts<T: Tx + ?Sized>(tx: &T, now: Timestamp) -> St
 }
 
 // Finished jobs of state $1 that finished before $2, at most $4, with their queue and kind for the
-// counts. A finished job has no narrow row (see migration 10), so its row says its state. They
+// counts. A finished job has no narrow row (see migration 10), so its row says its state, or on
+// PostgreSQL its end does for a job the completion batch completed (migration 11; SQLite's
+// completions write the row, and its table of ends stays empty), deleted with it. They
 // are found among the jobs created before $2 (a job finishes after it is created): on SQLite
 // through the index by state and end; on PostgreSQL among the oldest ids, up to the first job
 // created between $2 and now ($3; ids grow with creation), read through the primary key from its
@@ -163,14 +165,22 @@ static PRUNE_IN_STATE: Sql = Sql::per_backend(
      WHERE state = $1 AND finalized_at IS NOT NULL AND finalized_at < $2 AND created_at < $2
        AND created_at <= $3 LIMIT $4)
      RETURNING queue, kind",
-    "DELETE FROM onus_job_rows WHERE id = ANY(ARRAY(
-        SELECT id FROM onus_job_rows
-        WHERE id < coalesce((SELECT id FROM onus_job_rows WHERE created_at >= $2 AND created_at <= $3
-                             ORDER BY id LIMIT 1),
-                            9223372036854775807)
-          AND state = $1 AND finalized_at IS NOT NULL AND finalized_at < $2 AND created_at < $2
-        ORDER BY id LIMIT $4))
-     RETURNING queue, kind",
+    "WITH gone AS (
+        DELETE FROM onus_job_rows WHERE id = ANY(ARRAY(
+            SELECT j.id FROM onus_job_rows j
+            LEFT JOIN LATERAL (SELECT e.finalized_at FROM onus_job_ends e WHERE e.id = j.id) e ON true
+            WHERE j.id < coalesce((SELECT id FROM onus_job_rows WHERE created_at >= $2 AND created_at <= $3
+                                   ORDER BY id LIMIT 1),
+                                  9223372036854775807)
+              AND j.created_at < $2
+              AND CASE WHEN e.finalized_at IS NOT NULL THEN $1 = 'completed' AND e.finalized_at < $2
+                       ELSE j.state = $1 AND j.finalized_at IS NOT NULL AND j.finalized_at < $2 END
+            ORDER BY j.id LIMIT $4))
+        RETURNING id, queue, kind
+     ), ends AS (
+        DELETE FROM onus_job_ends WHERE id = ANY(ARRAY(SELECT id FROM gone))
+     )
+     SELECT queue, kind FROM gone",
 );
 
 static PRUNE_RATE_WINDOWS: Sql = Sql::new(

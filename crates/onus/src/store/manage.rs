@@ -576,19 +576,39 @@ pub(crate) async fn cancel<T: Tx + ?Sized>(
     })
 }
 
+/// The ends of jobs deleted (see jobs migration 11).
+pub(crate) static DELETE_ENDS: Sql = Sql::per_backend(
+    "onus_job_ends",
+    "DELETE FROM onus_job_ends WHERE id IN (SELECT value FROM json_each($1))",
+    "DELETE FROM onus_job_ends WHERE id = ANY($1)",
+);
+
 /// Deletes the finished jobs matching `filter`.
 pub(crate) async fn delete<T: Tx + ?Sized>(tx: &T, filter: &JobFilter) -> StoreResult<Vec<JobId>> {
     let b = tx.backend();
     let mut p = Vec::new();
     let cond = conditions(b, filter, &mut p);
-    // A finished job has no narrow row (see migration 10): its row says how it ended.
+    // A finished job has no narrow row (see migration 10): its row says how it ended, or its
+    // end does (a completion on PostgreSQL, migration 11), which goes with it.
     let text = format!(
-        "DELETE FROM onus_job_rows WHERE state IN ('completed', 'discarded', 'cancelled')
-           AND NOT EXISTS (SELECT 1 FROM onus_live l WHERE l.id = onus_job_rows.id)
+        "DELETE FROM onus_job_rows
+         WHERE NOT EXISTS (SELECT 1 FROM onus_live l WHERE l.id = onus_job_rows.id)
+           AND (state IN ('completed', 'discarded', 'cancelled')
+                OR EXISTS (SELECT 1 FROM onus_job_ends e WHERE e.id = onus_job_rows.id))
            AND id IN (SELECT id FROM onus_jobs WHERE state IN ('completed', 'discarded', 'cancelled'){cond})
-         RETURNING id, queue, kind, state"
+         RETURNING id, queue, kind,
+           CASE WHEN EXISTS (SELECT 1 FROM onus_job_ends e WHERE e.id = onus_job_rows.id)
+                THEN 'completed' ELSE state END AS state"
     );
     let rows = tx.query(&built(b, text), &p).await?;
+    let ids: Vec<JobId> = rows
+        .iter()
+        .map(|r| r.get("id"))
+        .collect::<StoreResult<_>>()?;
+    if !ids.is_empty() {
+        tx.execute(&DELETE_ENDS, &[Value::list(ids.iter().copied())])
+            .await?;
+    }
     let mut deleted = Vec::with_capacity(rows.len());
     for state in ["completed", "discarded", "cancelled"] {
         let mine: Vec<crate::sql::Row> = rows
@@ -598,9 +618,7 @@ pub(crate) async fn delete<T: Tx + ?Sized>(tx: &T, filter: &JobFilter) -> StoreR
             .collect();
         counts::removed(tx, state, &mine).await?;
     }
-    for r in &rows {
-        deleted.push(r.get("id")?);
-    }
+    deleted.extend(ids);
     if deleted.is_empty() {
         if let Some(id) = single_id(filter) {
             return Err(delete_refusal(id, get(tx, id).await?.as_ref()));

@@ -151,6 +151,7 @@ onus_testkit::both!(setup = crate::on;
     ],
     manage: [
         retry_cancel_and_retention,
+        a_completed_job_reads_counts_and_goes_as_one,
         regression_retry_clears_lease_wait_alike,
         filters_by_tag_time_and_text_alike_and_delete_takes_finished_jobs,
         a_corrupted_job_row_is_an_error_naming_its_column,

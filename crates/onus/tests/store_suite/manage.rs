@@ -225,3 +225,74 @@ pub(crate) async fn a_cancel_meeting_a_claim_in_flight_asks_the_running_job_to_s
     assert_eq!(job.state, JobState::Running);
     assert!(job.cancel_requested);
 }
+
+/// A completed job reads as one job wherever its end is kept (on PostgreSQL a completion batch
+/// appends it to `onus_job_ends` instead of writing the job's row, jobs migration 11), is counted
+/// once, and goes whole, end and all, by a delete or by retention.
+pub(crate) async fn a_completed_job_reads_counts_and_goes_as_one(backend: Backend) {
+    let w = world(backend).await;
+    let (a, b) = (w.insert(w.row("a")).await, w.insert(w.row("a")).await);
+    let claimed = w.claim(&["a"], 2, w.now).await;
+    let done = w.now + secs(2);
+    let ends: Vec<Finish> = claimed
+        .iter()
+        .map(|j| w.finish(j, Transition::Complete, done))
+        .collect();
+    assert_eq!(w.store.finish(ends).await.unwrap(), vec![true, true]);
+    for job in [&a, &b] {
+        let j = w.get(job).await;
+        assert_eq!(
+            (j.state, j.attempt, j.attempted_at, j.finalized_at, j.run_at),
+            (JobState::Completed, 1, Some(w.now), Some(done), w.now)
+        );
+        assert_eq!(
+            (j.lease_owner, j.lease_expires_at, j.cancel_requested),
+            (None, None, false)
+        );
+    }
+    let completed = |rows: Vec<onus::store::CountRow>| -> u64 {
+        rows.iter()
+            .filter(|r| r.kind == "a" && r.state == JobState::Completed)
+            .map(|r| r.count)
+            .sum()
+    };
+    assert_eq!(completed(w.store.counts().await.unwrap()), 2);
+    let listed = w
+        .store
+        .list(
+            &JobFilter {
+                states: vec![JobState::Completed],
+                ..JobFilter::default()
+            },
+            10,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2, "found by its state");
+    assert_eq!(
+        w.store.delete(&JobFilter::id(a.id)).await.unwrap(),
+        vec![a.id]
+    );
+    assert!(w.store.get(a.id).await.unwrap().is_none());
+    assert_eq!(completed(w.store.counts().await.unwrap()), 1);
+    let keep = Retention {
+        completed: Duration::from_secs(3600),
+        discarded: Duration::from_secs(3600),
+    };
+    assert_eq!(w.store.prune(done + secs(60), keep, 100).await.unwrap(), 0);
+    assert_eq!(
+        w.store.prune(done + secs(7200), keep, 100).await.unwrap(),
+        1
+    );
+    assert!(w.store.get(b.id).await.unwrap().is_none());
+    assert_eq!(completed(w.store.counts().await.unwrap()), 0);
+    if backend == Backend::Postgres {
+        // No end outlives its job.
+        w.db.batch_execute(
+            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM onus_job_ends) THEN
+                 RAISE EXCEPTION 'an end outlived its job'; END IF; END $$",
+        )
+        .await;
+    }
+}

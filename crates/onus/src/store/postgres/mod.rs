@@ -890,6 +890,9 @@ pub(crate) async fn finish_batch(
     //
     // A job listed twice (two callers answering it at once) is updated once: the statement
     // answers the ids and attempts it wrote, and the first listing of each applies.
+    //
+    // The job's end is appended to onus_job_ends, not written into its row (jobs migration 11):
+    // the job row of a job that succeeds is written once, at its insert.
     if let Some(now) = now {
         let ids: Vec<JobId> = plain.iter().map(|&i| batch[i].id).collect();
         let attempts: Vec<i32> = plain.iter().map(|&i| batch[i].attempt as i32).collect();
@@ -909,10 +912,8 @@ pub(crate) async fn finish_batch(
                                THEN true ELSE false END
                     RETURNING l.id, l.queue, l.kind, l.attempt, l.attempted_at, l.run_at, l.cancel_requested, l.lease_owner
                  ), done AS (
-                    UPDATE onus_job_rows j SET state = 'completed', finalized_at = $1, attempt = g.attempt,
-                        attempted_at = g.attempted_at, run_at = g.run_at, lease_owner = NULL, lease_expires_at = NULL,
-                        cancel_requested = g.cancel_requested, lease_wait = false
-                    FROM gone g WHERE j.id = g.id
+                    INSERT INTO onus_job_ends (id, attempt, attempted_at, run_at, finalized_at, cancel_requested)
+                    SELECT id, attempt, attempted_at, run_at, $1, cancel_requested FROM gone
                  ), counted AS (
                     INSERT INTO onus_job_deltas (queue, kind, state, minute, n)
                     SELECT queue, kind, 'completed', date_trunc('minute', $1::timestamptz), count(*) FROM gone GROUP BY queue, kind
