@@ -41,10 +41,7 @@ pub(crate) async fn rows<T: Tx + ?Sized>(
             .iter()
             .map(|r| r.get::<JobId>("id"))
             .collect::<StoreResult<Vec<_>>>()?;
-        return match ids.is_empty() {
-            true => Ok(Vec::new()),
-            false => tx.query(&manage::CLAIMED_BY_IDS, &[Value::list(ids)]).await,
-        };
+        return manage::claimed_rows_by_ids(tx, &ids).await;
     }
     Ok(rows)
 }

@@ -98,7 +98,7 @@ macro_rules! claimed_cols {
 }
 
 /// A claim's rows by their ids, with the columns [`claimed`] reads.
-pub(crate) static CLAIMED_BY_IDS: Sql = Sql::per_backend(
+static CLAIMED_BY_IDS: Sql = Sql::per_backend(
     "onus_jobs",
     concat!(
         "SELECT ",
@@ -276,10 +276,22 @@ static BY_IDS: Sql = Sql::per_backend(
 /// The jobs `ids` as rows, in no order (a write of `onus_live` that returned their ids reads the
 /// rest of each job here).
 pub(crate) async fn rows_by_ids<T: Tx + ?Sized>(tx: &T, ids: &[JobId]) -> StoreResult<Vec<Row>> {
+    by_ids(tx, &BY_IDS, ids).await
+}
+
+/// The rows of a claim's jobs by their ids, with the columns [`claimed`] reads.
+pub(crate) async fn claimed_rows_by_ids<T: Tx + ?Sized>(
+    tx: &T,
+    ids: &[JobId],
+) -> StoreResult<Vec<Row>> {
+    by_ids(tx, &CLAIMED_BY_IDS, ids).await
+}
+
+async fn by_ids<T: Tx + ?Sized>(tx: &T, sql: &Sql, ids: &[JobId]) -> StoreResult<Vec<Row>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    tx.query(&BY_IDS, &[Value::list(ids.iter().copied())]).await
+    tx.query(sql, &[Value::list(ids.iter().copied())]).await
 }
 
 /// Job `id`, if there is one.
@@ -577,7 +589,7 @@ pub(crate) async fn cancel<T: Tx + ?Sized>(
 }
 
 /// The ends of jobs deleted (see jobs migration 11).
-pub(crate) static DELETE_ENDS: Sql = Sql::per_backend(
+static DELETE_ENDS: Sql = Sql::per_backend(
     "onus_job_ends",
     "DELETE FROM onus_job_ends WHERE id IN (SELECT value FROM json_each($1))",
     "DELETE FROM onus_job_ends WHERE id = ANY($1)",
