@@ -866,3 +866,118 @@ async fn regression_a_pull_heartbeat_on_a_locked_row_is_not_lease_lost() {
     let done = client.answer(id, &token, Ok(())).await.unwrap();
     assert_eq!(done.state, JobState::Completed);
 }
+
+/// The table of unfinished jobs is vacuumed by the process that ends its jobs, once 5,000 have
+/// ended since its last pass (not when autovacuum next looks), and a snapshot held open elsewhere,
+/// which keeps what a pass would remove, spaces the passes out instead of repeating them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
+    use onus::outcome::Transition;
+    use onus::store::{ClaimRequest, Finish, InsertRow};
+    let env = Env::new(Backend::Postgres).await;
+    let store = onus::postgres::PostgresStore::open(&env.url).await.unwrap();
+    let client = env.client();
+    let db = sql(&env.url).await;
+    // Autovacuum stays out of the way (a pass of its own would make ours skip the table).
+    db.batch_execute("ALTER TABLE onus_live SET (autovacuum_enabled = false)")
+        .await
+        .unwrap();
+    let now = env.clock_now();
+    // Inserts, claims and completes `n` jobs through `store`, in batches of 1,000.
+    let run = async |n: usize| {
+        for _ in 0..n / 1000 {
+            let rows: Vec<InsertRow> = (0..1000)
+                .map(|_| client.prepare(NewJob::new("k", json!({}))).unwrap())
+                .collect();
+            store.insert(rows).await.unwrap();
+            let jobs = store
+                .claim(ClaimRequest {
+                    queue: "default".into(),
+                    kinds: vec!["k".into()],
+                    limit: 1000,
+                    owner: "w".into(),
+                    now,
+                    lease_until: now + chrono::TimeDelta::seconds(60),
+                    caps: Vec::new(),
+                    lease_slots: Vec::new(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(jobs.len(), 1000);
+            let done = store
+                .finish(
+                    jobs.iter()
+                        .map(|j| Finish {
+                            id: j.id,
+                            owner: "w".into(),
+                            attempt: j.attempt,
+                            transition: Transition::Complete,
+                            now,
+                            release_lease: None,
+                            periodic: None,
+                            expired_before: None,
+                            result: None,
+                        })
+                        .collect(),
+                )
+                .await
+                .unwrap();
+            assert!(done.iter().all(|d| *d));
+        }
+    };
+    let vacuums = async || -> (i64, i64) {
+        let r = db
+            .query_one(
+                "SELECT vacuum_count, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'onus_live'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    run(4000).await;
+    assert_eq!(store.vacuum_passes(), 0, "no pass before 5,000 jobs ended");
+    run(1000).await;
+    assert_eq!(store.vacuum_passes(), 1);
+    wait_until("the pass over onus_live", async || vacuums().await.0 == 1).await;
+    // The 10,000 dead versions the jobs left are gone (some may be counted again when a
+    // connection's statistics arrive after the pass).
+    assert!(
+        vacuums().await.1 < 5000,
+        "dead versions left: {:?}",
+        vacuums().await
+    );
+
+    // A snapshot held open elsewhere keeps every version the next pass would remove.
+    let holder = sql(&env.url).await;
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM onus_jobs")
+        .await
+        .unwrap();
+    run(5000).await;
+    assert_eq!(store.vacuum_passes(), 2);
+    wait_until("the second pass", async || vacuums().await.0 == 2).await;
+    let left = vacuums().await.1;
+    assert!(left >= 9_000, "the held snapshot kept the versions: {left}");
+    // The next pass waits for as many jobs to end as the versions this one had to leave.
+    run(5000).await;
+    assert_eq!(
+        store.vacuum_passes(),
+        2,
+        "no pass while the kept versions outnumber the jobs ended since"
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    for _ in 0..10 {
+        if store.vacuum_passes() == 3 {
+            break;
+        }
+        run(1000).await;
+    }
+    assert_eq!(store.vacuum_passes(), 3);
+    wait_until("the third pass", async || vacuums().await.0 == 3).await;
+    assert!(
+        vacuums().await.1 < 5000,
+        "dead versions left: {:?}",
+        vacuums().await
+    );
+}

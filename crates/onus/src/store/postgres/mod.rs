@@ -30,6 +30,7 @@ pub use tokio_postgres;
 
 pub(crate) mod connect;
 mod group;
+mod vacuum;
 
 const CLAIM_SQL: &str = include_str!("claim.sql");
 fn claim_sql(text: String) -> Sql {
@@ -197,6 +198,7 @@ pub struct PostgresStore {
     inserts: group::Group<group::Inserts>,
     finishes: group::Group<group::Finishes>,
     ops: group::Group<group::Ops>,
+    vacuum: std::sync::Arc<vacuum::Vacuum>,
 }
 
 /// The connection lease renewals use, apart from the pool: a busy pool never delays a renewal,
@@ -280,6 +282,7 @@ impl PostgresStore {
             target,
             renewals: Renewals::default(),
             cursors: Cursors::default(),
+            vacuum: Default::default(),
         })
     }
 
@@ -292,6 +295,12 @@ impl PostgresStore {
     #[doc(hidden)]
     pub fn claim_cursors(&self) -> usize {
         self.cursors.len()
+    }
+
+    /// How many passes over the table of unfinished jobs this store began (see `vacuum`).
+    #[doc(hidden)]
+    pub fn vacuum_passes(&self) -> u64 {
+        self.vacuum.passes()
     }
 
     /// The database URL with its password hidden.
@@ -609,11 +618,16 @@ impl Store for PostgresStore {
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
         // A few outcomes (a pull worker's answer, a short completion batch) share a commit with
         // other callers' (see [`group`]); a large batch fills a transaction by itself.
-        if batch.len() < group::ALONE_FROM {
-            return self.finishes.write(batch).await;
-        }
-        let mut c = self.client().await?;
-        finish_batch(&mut c, &batch.iter().collect::<Vec<_>>()).await
+        let applied = if batch.len() < group::ALONE_FROM {
+            self.finishes.write(batch).await?
+        } else {
+            let mut c = self.client().await?;
+            finish_batch(&mut c, &batch.iter().collect::<Vec<_>>()).await?
+        };
+        // Each job ended left its row's dead versions in onus_live (see `vacuum`).
+        let ended = applied.iter().filter(|a| **a).count() as u64;
+        self.vacuum.ended(&self.pool, ended);
+        Ok(applied)
     }
 
     async fn heartbeat(
