@@ -867,9 +867,10 @@ async fn regression_a_pull_heartbeat_on_a_locked_row_is_not_lease_lost() {
     assert_eq!(done.state, JobState::Completed);
 }
 
-/// The table of unfinished jobs is vacuumed by the process that ends its jobs, once 5,000 have
-/// ended since its last pass (not when autovacuum next looks), and a snapshot held open elsewhere,
-/// which keeps what a pass would remove, spaces the passes out instead of repeating them.
+/// The table of unfinished jobs is vacuumed by the process that ends its jobs (not when
+/// autovacuum next looks): once 5,000 have ended since its last pass, or 1,000 when a claim finds
+/// nothing to take; a backlog larger than that spaces the passes by its size, and a snapshot held
+/// open elsewhere (which keeps what a pass would remove) by the versions it kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
     use onus::outcome::Transition;
@@ -883,18 +884,24 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
         .await
         .unwrap();
     let now = env.clock_now();
-    // Inserts, claims and completes `n` jobs through `store`, in batches of 1,000.
-    let run = async |n: usize| {
+    let insert = async |n: usize| {
         for _ in 0..n / 1000 {
             let rows: Vec<InsertRow> = (0..1000)
                 .map(|_| client.prepare(NewJob::new("k", json!({}))).unwrap())
                 .collect();
             store.insert(rows).await.unwrap();
+        }
+    };
+    // Claims and completes `n` jobs through `store`, in batches of up to 1,000; answers how many
+    // it found.
+    let work = async |n: usize| -> usize {
+        let mut found = 0;
+        while found < n {
             let jobs = store
                 .claim(ClaimRequest {
                     queue: "default".into(),
                     kinds: vec!["k".into()],
-                    limit: 1000,
+                    limit: (n - found).min(1000),
                     owner: "w".into(),
                     now,
                     lease_until: now + chrono::TimeDelta::seconds(60),
@@ -903,7 +910,10 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
                 })
                 .await
                 .unwrap();
-            assert_eq!(jobs.len(), 1000);
+            if jobs.is_empty() {
+                break;
+            }
+            found += jobs.len();
             let done = store
                 .finish(
                     jobs.iter()
@@ -924,6 +934,11 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
                 .unwrap();
             assert!(done.iter().all(|d| *d));
         }
+        found
+    };
+    let run = async |n: usize| {
+        insert(n).await;
+        assert_eq!(work(n).await, n);
     };
     let vacuums = async || -> (i64, i64) {
         let r = db
@@ -948,6 +963,35 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
         vacuums().await
     );
 
+    // A queue that ran dry is vacuumed after 1,000.
+    run(2000).await;
+    assert_eq!(store.vacuum_passes(), 1);
+    assert_eq!(work(1).await, 0);
+    assert_eq!(
+        store.vacuum_passes(),
+        2,
+        "a pass when a claim found nothing"
+    );
+    wait_until("the idle pass", async || vacuums().await.0 == 2).await;
+
+    // A backlog of 30,000: the next pass comes once as many jobs ended as the table's live rows.
+    insert(30_000).await;
+    assert_eq!(work(6000).await, 6000);
+    assert_eq!(store.vacuum_passes(), 3, "after 5,000 jobs ended");
+    wait_until("the pass over the backlog", async || vacuums().await.0 == 3).await;
+    assert_eq!(work(20_000).await, 20_000);
+    assert_eq!(
+        store.vacuum_passes(),
+        3,
+        "no pass before as many as its live rows ended"
+    );
+    assert_eq!(work(10_000).await, 4000);
+    assert_eq!(store.vacuum_passes(), 4);
+    wait_until("the pass after the backlog", async || {
+        vacuums().await.0 == 4
+    })
+    .await;
+
     // A snapshot held open elsewhere keeps every version the next pass would remove.
     let holder = sql(&env.url).await;
     holder
@@ -955,26 +999,34 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
         .await
         .unwrap();
     run(5000).await;
-    assert_eq!(store.vacuum_passes(), 2);
-    wait_until("the second pass", async || vacuums().await.0 == 2).await;
+    assert_eq!(store.vacuum_passes(), 5);
+    wait_until("the pass under the snapshot", async || {
+        vacuums().await.0 == 5
+    })
+    .await;
     let left = vacuums().await.1;
     assert!(left >= 9_000, "the held snapshot kept the versions: {left}");
-    // The next pass waits for as many jobs to end as the versions this one had to leave.
+    // The next pass waits for as many jobs to end as the versions this one had to leave, even
+    // when the queue runs dry.
     run(5000).await;
+    assert_eq!(work(1).await, 0);
     assert_eq!(
         store.vacuum_passes(),
-        2,
+        5,
         "no pass while the kept versions outnumber the jobs ended since"
     );
     holder.batch_execute("ROLLBACK").await.unwrap();
     for _ in 0..10 {
-        if store.vacuum_passes() == 3 {
+        if store.vacuum_passes() == 6 {
             break;
         }
         run(1000).await;
     }
-    assert_eq!(store.vacuum_passes(), 3);
-    wait_until("the third pass", async || vacuums().await.0 == 3).await;
+    assert_eq!(store.vacuum_passes(), 6);
+    wait_until("the pass after the snapshot", async || {
+        vacuums().await.0 == 6
+    })
+    .await;
     assert!(
         vacuums().await.1 < 5000,
         "dead versions left: {:?}",

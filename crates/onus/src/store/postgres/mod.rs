@@ -612,6 +612,9 @@ impl Store for PostgresStore {
             self.read(async |tx| keys::wake_free(tx, waited, req.now).await)
                 .await?;
         }
+        if claimed.jobs.is_empty() {
+            self.vacuum.found_nothing(&self.pool);
+        }
         Ok(claimed.jobs)
     }
 
