@@ -45,6 +45,8 @@ pub use store::{
 
 /// The PostgreSQL store, and the client crates it is built on (for the caller's own transactions).
 pub mod postgres {
+    #[doc(hidden)]
+    pub use crate::store::postgres::CLAIM_PLAN;
     pub use crate::store::postgres::{deadpool_postgres, tokio_postgres, PostgresStore};
 }
 
