@@ -106,6 +106,9 @@ async fn write_outcomes(
                 shared.hub.store_answered();
                 let done: Vec<QueuedOutcome> = pending.drain(..).map(|p| p.outcome).collect();
                 recorded(shared, &done, &applied);
+                if shared.hub.held_count() == 0 {
+                    shared.store.idle();
+                }
                 continue;
             }
             Err(e) => e,

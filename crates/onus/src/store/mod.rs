@@ -82,6 +82,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         self.get(0).await.map(|_| ())
     }
 
+    /// Told by a process's job layer each time it holds no job any more: every job it claimed has
+    /// its outcome written. A hint, answered at once: PostgreSQL vacuums its table of unfinished
+    /// jobs then if enough of them ended since its last pass (see `postgres::vacuum`).
+    fn idle(&self) {}
+
     /// The concrete store, for backend-specific tests and tools. Components reach the database
     /// through [`crate::store::Db`] instead.
     fn as_any(&self) -> &dyn std::any::Any;

@@ -631,6 +631,10 @@ impl Store for PostgresStore {
         Ok(claimed.jobs)
     }
 
+    fn idle(&self) {
+        self.vacuum.idle(&self.pool);
+    }
+
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
         // A few outcomes (a pull worker's answer, a short completion batch) share a commit with
         // other callers' (see [`group`]); a large batch fills a transaction by itself.

@@ -1,7 +1,7 @@
 //! The table of unfinished jobs vacuumed as its jobs end, not when autovacuum next looks.
 //!
-//! Each job leaves two dead versions of its row in `onus_live`: the claim's update and the
-//! deletion at its end. PostgreSQL keeps them, and their index entries, until a vacuum; a
+//! Each job leaves two dead versions of its row in `onus_live`: the one its claim moved (deleted
+//! and inserted anew as running) and the one deleted at its end. PostgreSQL keeps them, and their index entries, until a vacuum; a
 //! deletion is never reclaimed by pruning alone. Autovacuum looks at the table once per
 //! `autovacuum_naptime` (a server setting, 60 s by default), by which time a queue of thousands
 //! of jobs a second has left hundreds of thousands of them, and every claim walks the index
@@ -15,14 +15,18 @@
 //!   the live rows as well as the dead ones, and a pass due only once the dead versions outnumber
 //!   the live rows costs a bounded amount per job ended however long the backlog (a pass every
 //!   5,000 jobs while 100,000 waited cost a sixth of the throughput, measured);
-//! - or, when a claim found nothing to take, [`EVERY_IDLE`]: a queue that ran dry is left clean
-//!   while its table is small;
+//! - or [`EVERY_IDLE`] when a claim found nothing to take, or when the process holds no job any
+//!   more (every outcome written; the job layer says so, [`crate::Store::idle`]): a queue that ran
+//!   dry is left clean while its table is small. A pass when the process holds nothing waits for
+//!   one already running (another process's) instead of skipping the table: with several
+//!   processes draining one backlog, each one's last jobs end after the others' passes began, and
+//!   the last process to go idle then vacuums after every job ended;
 //! - and in both cases at least as many as the versions the last pass had to leave: a snapshot
 //!   held open elsewhere keeps them, and the passes then space out as they pile up instead of
 //!   reading them again and again.
 //!
-//! One pass at a time per process, and none while another session (another process, autovacuum)
-//! vacuums the table: `SKIP_LOCKED`. A pass never truncates the table's empty end, which would
+//! One pass at a time per process, and otherwise none while another session (another process,
+//! autovacuum) vacuums the table: `SKIP_LOCKED`. A pass never truncates the table's empty end, which would
 //! take its exclusive lock while claims wait. A role that may not vacuum the table gets a warning
 //! from PostgreSQL and nothing else: its passes leave everything, so they space out the same way.
 //! Only the narrow table of unfinished jobs is vacuumed: the job rows and their ends are written
@@ -73,7 +77,7 @@ impl Vacuum {
         }
         let ended = self.ended.fetch_add(n, SeqCst) + n;
         if ended >= self.due.load(SeqCst) {
-            self.start(pool, ended);
+            self.start(pool, ended, Wait::Skip);
         }
     }
 
@@ -81,11 +85,21 @@ impl Vacuum {
     pub(super) fn found_nothing(self: &Arc<Self>, pool: &Pool) {
         let ended = self.ended.load(SeqCst);
         if ended >= self.due_idle.load(SeqCst) {
-            self.start(pool, ended);
+            self.start(pool, ended, Wait::Skip);
         }
     }
 
-    fn start(self: &Arc<Self>, pool: &Pool, ended: u64) {
+    /// The process holds no job: starts a pass if enough jobs ended since the last, after any
+    /// pass already running (another process's, autovacuum's) rather than instead of it, since
+    /// the jobs this process ended meanwhile would be left to the next look of autovacuum.
+    pub(super) fn idle(self: &Arc<Self>, pool: &Pool) {
+        let ended = self.ended.load(SeqCst);
+        if ended >= self.due_idle.load(SeqCst) {
+            self.start(pool, ended, Wait::Wait);
+        }
+    }
+
+    fn start(self: &Arc<Self>, pool: &Pool, ended: u64, wait: Wait) {
         if self.running.swap(true, SeqCst) {
             return;
         }
@@ -93,7 +107,7 @@ impl Vacuum {
         self.passes.fetch_add(1, SeqCst);
         let (me, pool) = (self.clone(), pool.clone());
         tokio::spawn(async move {
-            let (live, left) = match pass(&pool).await {
+            let (live, left) = match pass(&pool, wait).await {
                 Ok(counts) => counts,
                 Err(e) => {
                     tracing::debug!(error = %e, "vacuum of onus_live failed");
@@ -112,12 +126,21 @@ impl Vacuum {
     }
 }
 
+/// Whether a pass skips the table while another session vacuums it, or waits for that one.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    Skip,
+    Wait,
+}
+
 /// One pass; answers the table's live rows and the dead versions it had to leave.
-async fn pass(pool: &Pool) -> Result<(u64, u64), String> {
+async fn pass(pool: &Pool, wait: Wait) -> Result<(u64, u64), String> {
     let c = pool.get().await.map_err(|e| e.to_string())?;
-    c.batch_execute("VACUUM (SKIP_LOCKED, TRUNCATE false) onus_live")
-        .await
-        .map_err(|e| e.to_string())?;
+    let sql = match wait {
+        Wait::Skip => "VACUUM (SKIP_LOCKED, TRUNCATE false) onus_live",
+        Wait::Wait => "VACUUM (TRUNCATE false) onus_live",
+    };
+    c.batch_execute(sql).await.map_err(|e| e.to_string())?;
     let row = c
         .query_one(
             "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'onus_live'::regclass",
