@@ -241,7 +241,7 @@ async fn cost(o: &Opts, pg: &PgCluster) -> Result<(), String> {
 }
 
 /// The rows of the cost table, in order.
-const METRICS: [&str; 22] = [
+const METRICS: [&str; 23] = [
     "jobs/s",
     "batch insert, jobs/s",
     "insert: WAL bytes",
@@ -263,6 +263,7 @@ const METRICS: [&str; 22] = [
     "run: Onus CPU µs (workers)",
     "HOT share of updates (whole life)",
     "dead row versions after the run (all job tables)",
+    "dead row versions after the run, counted in the pages",
     "job tables' size after the run, bytes",
 ];
 
@@ -295,6 +296,11 @@ struct Tables {
     updates: f64,
     hot: f64,
     dead: f64,
+    /// Dead row versions found in the tables' pages (`pgstattuple`), with the line pointers of
+    /// those pruned but not yet vacuumed: what is left whatever the statistics say (each
+    /// connection reports its deletions up to a second late, so a report arriving after a
+    /// vacuum counts versions that vacuum removed).
+    dead_counted: f64,
     bytes: f64,
 }
 
@@ -337,7 +343,10 @@ impl<'a> PgProbe<'a> {
     ) -> Result<PgProbe<'a>, String> {
         let client = connect(url).await?;
         client
-            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .batch_execute(
+                "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; \
+                 CREATE EXTENSION IF NOT EXISTS pgstattuple; CREATE EXTENSION IF NOT EXISTS pageinspect",
+            )
             .await
             .map_err(pg_err)?;
         Ok(PgProbe {
@@ -533,6 +542,10 @@ impl<'a> PgProbe<'a> {
                 "dead row versions after the run (all job tables)",
                 self.tables.dead,
             ),
+            (
+                "dead row versions after the run, counted in the pages",
+                self.tables.dead_counted,
+            ),
             ("job tables' size after the run, bytes", self.tables.bytes),
         ])
     }
@@ -597,10 +610,26 @@ impl Probe for PgProbe<'_> {
                     )
                     .await
                     .map_err(pg_err)?;
+                let counted = self
+                    .client
+                    .query_one(
+                        "SELECT coalesce(sum(t.dead_tuple_count + p.dead_pointers), 0)::float8
+                         FROM pg_stat_user_tables s,
+                              LATERAL pgstattuple(s.relid) t,
+                              LATERAL (SELECT count(*) AS dead_pointers
+                                       FROM generate_series(0, pg_relation_size(s.relid) / 8192 - 1) b,
+                                            LATERAL heap_page_items(get_raw_page(s.relname::text, b::int)) i
+                                       WHERE i.lp_flags = 3) p
+                         WHERE s.relname LIKE 'onus\\_%'",
+                        &[],
+                    )
+                    .await
+                    .map_err(pg_err)?;
                 self.tables = Tables {
                     updates: row.get(0),
                     hot: row.get(1),
                     dead: row.get(2),
+                    dead_counted: counted.get(0),
                     bytes: row.get(3),
                 };
             }

@@ -106,7 +106,8 @@ async fn write_outcomes(
                 shared.hub.store_answered();
                 let done: Vec<QueuedOutcome> = pending.drain(..).map(|p| p.outcome).collect();
                 recorded(shared, &done, &applied);
-                if shared.hub.held_count() == 0 {
+                // The process went idle: nothing held, nothing to claim.
+                if shared.hub.held_count() == 0 && shared.intakes.all_idle() {
                     shared.store.idle();
                 }
                 continue;

@@ -558,6 +558,13 @@ impl Intakes {
         };
     }
 
+    /// Whether every queue's worker found nothing at its last claim and has no claim out.
+    pub(crate) fn all_idle(&self) -> bool {
+        (self.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .values()
+            .all(|i| i.is_idle())
+    }
+
     /// Wakes the workers of every queue that found nothing at its last claim (another process
     /// wrote something, which may be a job for any of them).
     pub(crate) fn wake_idle(&self, hub: &super::Hub) {

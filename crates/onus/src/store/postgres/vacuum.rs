@@ -53,6 +53,8 @@ pub(super) struct Vacuum {
     due_idle: AtomicU64,
     /// Set while a pass runs.
     running: AtomicBool,
+    /// Set when the process went idle while a pass ran: another pass may be due once it ends.
+    idle_again: AtomicBool,
     /// Passes begun, for tests.
     passes: AtomicU64,
 }
@@ -64,6 +66,7 @@ impl Default for Vacuum {
             due: AtomicU64::new(EVERY),
             due_idle: AtomicU64::new(EVERY_IDLE),
             running: AtomicBool::new(false),
+            idle_again: AtomicBool::new(false),
             passes: AtomicU64::new(0),
         }
     }
@@ -94,14 +97,17 @@ impl Vacuum {
     /// the jobs this process ended meanwhile would be left to the next look of autovacuum.
     pub(super) fn idle(self: &Arc<Self>, pool: &Pool) {
         let ended = self.ended.load(SeqCst);
-        if ended >= self.due_idle.load(SeqCst) {
-            self.start(pool, ended, Wait::Wait);
+        if ended >= self.due_idle.load(SeqCst) && !self.start(pool, ended, Wait::Wait) {
+            // A pass of this process runs: the jobs that ended since it began are looked at
+            // once it ends.
+            self.idle_again.store(true, SeqCst);
         }
     }
 
-    fn start(self: &Arc<Self>, pool: &Pool, ended: u64, wait: Wait) {
+    /// Starts a pass unless one of this process runs; answers whether it started one.
+    fn start(self: &Arc<Self>, pool: &Pool, ended: u64, wait: Wait) -> bool {
         if self.running.swap(true, SeqCst) {
-            return;
+            return false;
         }
         self.ended.fetch_sub(ended, SeqCst);
         self.passes.fetch_add(1, SeqCst);
@@ -117,7 +123,11 @@ impl Vacuum {
             me.due.store(EVERY.max(live).max(left), SeqCst);
             me.due_idle.store(EVERY_IDLE.max(left), SeqCst);
             me.running.store(false, SeqCst);
+            if me.idle_again.swap(false, SeqCst) {
+                me.idle(&pool);
+            }
         });
+        true
     }
 
     /// Passes begun so far.
