@@ -15,15 +15,19 @@
 //!   the live rows as well as the dead ones, and a pass due only once the dead versions outnumber
 //!   the live rows costs a bounded amount per job ended however long the backlog (a pass every
 //!   5,000 jobs while 100,000 waited cost a sixth of the throughput, measured);
-//! - or [`EVERY_IDLE`] when a claim found nothing to take, or when the process holds no job any
-//!   more (every outcome written; the job layer says so, [`crate::Store::idle`]): a queue that ran
-//!   dry is left clean while its table is small. A pass when the process holds nothing waits for
-//!   one already running (another process's) instead of skipping the table: with several
+//! - or just [`EVERY`] when a claim found nothing to take, or when the process holds no job any
+//!   more (every outcome written; the job layer says so, [`crate::Store::idle`]): a queue that
+//!   ran dry is left clean while its table is small. A pass when the process holds nothing waits
+//!   for one already running (another process's) instead of skipping the table: with several
 //!   processes draining one backlog, each one's last jobs end after the others' passes began, and
 //!   the last process to go idle then vacuums after every job ended;
-//! - and in both cases at least as many as the versions the last pass had to leave: a snapshot
-//!   held open elsewhere keeps them, and the passes then space out as they pile up instead of
-//!   reading them again and again.
+//! - and, while a snapshot older than a second is held open elsewhere (a long transaction in
+//!   this database, a replica's `hot_standby_feedback`, a replication slot), twice as many as the
+//!   last pass waited for: that snapshot keeps every version a pass would remove, and the passes
+//!   then space out instead of reading the same versions again and again. (The statistics'
+//!   count of dead versions cannot say this: each connection reports its deletions up to a
+//!   second late, so after a pass they count versions it removed. A role that may not see other
+//!   roles' sessions sees no such snapshot, and its passes keep their pace.)
 //!
 //! One pass at a time per process, and otherwise none while another session (another process,
 //! autovacuum) vacuums the table: `SKIP_LOCKED`. A pass never truncates the table's empty end, which would
@@ -37,10 +41,10 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
-/// Jobs ended between two passes at least, while there is work to claim.
+/// Jobs ended between two passes at least.
 pub(crate) const EVERY: u64 = 5_000;
-/// Jobs ended between two passes at least, once a claim found nothing to take.
-pub(crate) const EVERY_IDLE: u64 = 1_000;
+/// Jobs ended between two passes at most while a snapshot is held open elsewhere.
+const MOST: u64 = 1 << 22;
 
 /// What a process knows of its passes over `onus_live`.
 #[derive(Debug)]
@@ -49,7 +53,7 @@ pub(super) struct Vacuum {
     ended: AtomicU64,
     /// Jobs to end before the next pass, while there is work to claim.
     due: AtomicU64,
-    /// Jobs to end before the next pass, once a claim found nothing.
+    /// Jobs to end before the next pass, once the process is idle.
     due_idle: AtomicU64,
     /// Set while a pass runs.
     running: AtomicBool,
@@ -64,7 +68,7 @@ impl Default for Vacuum {
         Vacuum {
             ended: AtomicU64::new(0),
             due: AtomicU64::new(EVERY),
-            due_idle: AtomicU64::new(EVERY_IDLE),
+            due_idle: AtomicU64::new(EVERY),
             running: AtomicBool::new(false),
             idle_again: AtomicBool::new(false),
             passes: AtomicU64::new(0),
@@ -113,15 +117,19 @@ impl Vacuum {
         self.passes.fetch_add(1, SeqCst);
         let (me, pool) = (self.clone(), pool.clone());
         tokio::spawn(async move {
-            let (live, left) = match pass(&pool, wait).await {
+            let (live, held) = match pass(&pool, wait).await {
                 Ok(counts) => counts,
                 Err(e) => {
                     tracing::debug!(error = %e, "vacuum of onus_live failed");
-                    (0, 0)
+                    (0, false)
                 }
             };
-            me.due.store(EVERY.max(live).max(left), SeqCst);
-            me.due_idle.store(EVERY_IDLE.max(left), SeqCst);
+            let spaced = match held {
+                true => (me.due_idle.load(SeqCst) * 2).min(MOST),
+                false => EVERY,
+            };
+            me.due.store(EVERY.max(live).max(spaced), SeqCst);
+            me.due_idle.store(spaced, SeqCst);
             me.running.store(false, SeqCst);
             if me.idle_again.swap(false, SeqCst) {
                 me.idle(&pool);
@@ -143,21 +151,29 @@ enum Wait {
     Wait,
 }
 
-/// One pass; answers the table's live rows and the dead versions it had to leave.
-async fn pass(pool: &Pool, wait: Wait) -> Result<(u64, u64), String> {
+/// One pass; answers the table's live rows, and whether a snapshot older than a second is held
+/// open elsewhere (which kept what the pass would have removed).
+async fn pass(pool: &Pool, wait: Wait) -> Result<(u64, bool), String> {
     let c = pool.get().await.map_err(|e| e.to_string())?;
     let sql = match wait {
         Wait::Skip => "VACUUM (SKIP_LOCKED, TRUNCATE false) onus_live",
         Wait::Wait => "VACUUM (TRUNCATE false) onus_live",
     };
     c.batch_execute(sql).await.map_err(|e| e.to_string())?;
+    // The database's own clock against its own record of when each transaction began.
     let row = c
         .query_one(
-            "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'onus_live'::regclass",
+            "SELECT (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'onus_live'::regclass),
+                    EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+                              AND (datname = current_database() OR backend_type = 'walsender')
+                              AND xact_start < statement_timestamp() - interval '1 second')
+                    OR EXISTS (SELECT 1 FROM pg_replication_slots
+                               WHERE xmin IS NOT NULL AND (database IS NULL OR database = current_database()))",
             &[],
         )
         .await
         .map_err(|e| e.to_string())?;
-    let (live, dead): (i64, i64) = (row.get(0), row.get(1));
-    Ok((live.max(0) as u64, dead.max(0) as u64))
+    let (live, held): (Option<i64>, bool) = (row.get(0), row.get(1));
+    Ok((live.unwrap_or(0).max(0) as u64, held))
 }
