@@ -510,17 +510,21 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
     let claim = include_str!("../../src/store/postgres/claim.sql");
     let now = chrono::Utc::now();
     let kinds = vec!["k".to_string()];
-    let plan: Vec<String> = db
-        .query(
-            &format!("EXPLAIN {claim}"),
-            &[&now, &"w", &now, &"default", &kinds, &10i64],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let text = plan.join("\n");
+    // The claim's plan for `limit` jobs, as text.
+    let explain = async |limit: i64| -> String {
+        let plan: Vec<String> = db
+            .query(
+                &format!("EXPLAIN {claim}"),
+                &[&now, &"w", &now, &"default", &kinds, &limit],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        plan.join("\n")
+    };
+    let text = explain(10).await;
     assert!(text.contains("onus_live_available"), "{text}");
     assert!(text.contains("onus_live_delayed"), "{text}");
     assert!(!text.contains("Seq Scan on onus_live"), "{text}");
@@ -543,18 +547,8 @@ async fn claims_read_only_the_partial_indexes_of_waiting_jobs() {
     db.batch_execute(&format!("BEGIN; {}", onus::postgres::CLAIM_PLAN))
         .await
         .unwrap();
-    let plan: Vec<String> = db
-        .query(
-            &format!("EXPLAIN {claim}"),
-            &[&now, &"w", &now, &"default", &kinds, &500i64],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let text = explain(500).await;
     db.batch_execute("ROLLBACK").await.unwrap();
-    let text = plan.join("\n");
     assert!(
         text.contains("Index Scan using onus_live_available"),
         "{text}"
