@@ -30,11 +30,12 @@
 //!   roles' sessions sees no such snapshot, and its passes keep their pace.)
 //!
 //! One pass at a time per process, and otherwise none while another session (another process,
-//! autovacuum) vacuums the table: `SKIP_LOCKED`. A pass never truncates the table's empty end, which would
-//! take its exclusive lock while claims wait. A role that may not vacuum the table (only its owner
-//! or a superuser may) gets a warning from PostgreSQL and nothing else: its passes do nothing, at
-//! the cost of a statement each, and autovacuum keeps the table as before. Only the narrow table of unfinished jobs is vacuumed: the job rows and their ends are written
-//! once and left to autovacuum.
+//! autovacuum) vacuums the table: `SKIP_LOCKED`. A pass never truncates the table's empty end,
+//! which would take its exclusive lock while claims wait. A role that may not vacuum the table
+//! (only its owner or a superuser may) gets a warning from PostgreSQL and nothing else: its passes
+//! do nothing, at the cost of a statement each, and autovacuum keeps the table as before. Only the
+//! narrow table of unfinished jobs is vacuumed: the job rows and their ends are written once and
+//! left to autovacuum.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
