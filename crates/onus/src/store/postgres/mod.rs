@@ -287,11 +287,11 @@ impl PostgresStore {
             inserts: group::Group::start(pool.clone()),
             finishes: group::Group::start(pool.clone()),
             ops: group::Group::start(pool.clone()),
+            vacuum: vacuum::Vacuum::new(pool.clone()),
             pool,
             target,
             renewals: Renewals::default(),
             cursors: Cursors::default(),
-            vacuum: Default::default(),
         })
     }
 
@@ -599,17 +599,14 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>> {
-        let claimed = if req.caps.iter().any(|(k, _)| req.kinds.contains(k)) {
-            let (plain, capped) = (&*CLAIM_FROM_START, &*CLAIM_CAPPED);
-            self.write(async |tx| {
+        let capped = req.caps.iter().any(|(k, _)| req.kinds.contains(k));
+        let cursors = &self.cursors;
+        let claimed = self
+            .write(async |tx| {
                 tx.batch(CLAIM_PLAN).await?;
-                claim::claim(tx, &req, plain, capped).await
-            })
-            .await?
-        } else {
-            let cursors = &self.cursors;
-            self.write(async |tx| {
-                tx.batch(CLAIM_PLAN).await?;
+                if capped {
+                    return claim::claim(tx, &req, &CLAIM_FROM_START, &CLAIM_CAPPED).await;
+                }
                 let mut rounds = claim::LeaseRounds::new(&req);
                 while let Some(r) = rounds.next() {
                     let got = claim_from_cursor(tx, cursors, r).await?;
@@ -617,8 +614,7 @@ impl Store for PostgresStore {
                 }
                 Ok(rounds.into_claimed())
             })
-            .await?
-        };
+            .await?;
         if !claimed.waited.is_empty() {
             // Once the claim committed: a release that looked for waiters before it did.
             let waited = &claimed.waited;
@@ -626,13 +622,13 @@ impl Store for PostgresStore {
                 .await?;
         }
         if claimed.jobs.is_empty() {
-            self.vacuum.found_nothing(&self.pool);
+            self.vacuum.found_nothing();
         }
         Ok(claimed.jobs)
     }
 
     fn idle(&self) {
-        self.vacuum.idle(&self.pool);
+        self.vacuum.idle();
     }
 
     async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
@@ -646,7 +642,7 @@ impl Store for PostgresStore {
         };
         // Each job ended left its row's dead versions in onus_live (see `vacuum`).
         let ended = applied.iter().filter(|a| **a).count() as u64;
-        self.vacuum.ended(&self.pool, ended);
+        self.vacuum.ended(ended);
         Ok(applied)
     }
 

@@ -1,11 +1,11 @@
 //! The table of unfinished jobs vacuumed as its jobs end, not when autovacuum next looks.
 //!
 //! Each job leaves two dead versions of its row in `onus_live`: the one its claim moved (deleted
-//! and inserted anew as running) and the one deleted at its end. PostgreSQL keeps them, and their index entries, until a vacuum; a
-//! deletion is never reclaimed by pruning alone. Autovacuum looks at the table once per
-//! `autovacuum_naptime` (a server setting, 60 s by default), by which time a queue of thousands
-//! of jobs a second has left hundreds of thousands of them, and every claim walks the index
-//! entries they left behind.
+//! and inserted anew as running) and the one deleted at its end. PostgreSQL keeps them, and their
+//! index entries, until a vacuum; a deletion is never reclaimed by pruning alone. Autovacuum looks
+//! at the table once per `autovacuum_naptime` (a server setting, 60 s by default), by which time a
+//! queue of thousands of jobs a second has left hundreds of thousands of them, and every claim
+//! walks the index entries they left behind.
 //!
 //! So a process counts the jobs its completion batches end and vacuums `onus_live` itself, on a
 //! pooled connection, once enough ended since its last pass:
@@ -42,14 +42,19 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
+use super::{pg_error, pool_err};
+use crate::store::StoreResult;
+
 /// Jobs ended between two passes at least.
-pub(crate) const EVERY: u64 = 5_000;
+const EVERY: u64 = 5_000;
 /// Jobs ended between two passes at most while a snapshot is held open elsewhere.
 const MOST: u64 = 1 << 22;
 
 /// What a process knows of its passes over `onus_live`.
 #[derive(Debug)]
 pub(super) struct Vacuum {
+    /// Where a pass takes its connection.
+    pool: Pool,
     /// Jobs ended since the last pass began.
     ended: AtomicU64,
     /// Jobs to end before the next pass, while there is work to claim.
@@ -64,45 +69,44 @@ pub(super) struct Vacuum {
     passes: AtomicU64,
 }
 
-impl Default for Vacuum {
-    fn default() -> Self {
-        Vacuum {
+impl Vacuum {
+    pub(super) fn new(pool: Pool) -> Arc<Self> {
+        Arc::new(Vacuum {
+            pool,
             ended: AtomicU64::new(0),
             due: AtomicU64::new(EVERY),
             due_idle: AtomicU64::new(EVERY),
             running: AtomicBool::new(false),
             idle_again: AtomicBool::new(false),
             passes: AtomicU64::new(0),
-        }
+        })
     }
-}
 
-impl Vacuum {
     /// Counts `n` jobs ended, and starts a pass once enough have been.
-    pub(super) fn ended(self: &Arc<Self>, pool: &Pool, n: u64) {
+    pub(super) fn ended(self: &Arc<Self>, n: u64) {
         if n == 0 {
             return;
         }
         let ended = self.ended.fetch_add(n, SeqCst) + n;
         if ended >= self.due.load(SeqCst) {
-            self.start(pool, ended, Wait::Skip);
+            self.start(ended, Wait::Skip);
         }
     }
 
     /// A claim found nothing to take: starts a pass if enough jobs ended since the last.
-    pub(super) fn found_nothing(self: &Arc<Self>, pool: &Pool) {
+    pub(super) fn found_nothing(self: &Arc<Self>) {
         let ended = self.ended.load(SeqCst);
         if ended >= self.due_idle.load(SeqCst) {
-            self.start(pool, ended, Wait::Skip);
+            self.start(ended, Wait::Skip);
         }
     }
 
     /// The process holds no job: starts a pass if enough jobs ended since the last, after any
     /// pass already running (another process's, autovacuum's) rather than instead of it, since
     /// the jobs this process ended meanwhile would be left to the next look of autovacuum.
-    pub(super) fn idle(self: &Arc<Self>, pool: &Pool) {
+    pub(super) fn idle(self: &Arc<Self>) {
         let ended = self.ended.load(SeqCst);
-        if ended >= self.due_idle.load(SeqCst) && !self.start(pool, ended, Wait::Wait) {
+        if ended >= self.due_idle.load(SeqCst) && !self.start(ended, Wait::Wait) {
             // A pass of this process runs: the jobs that ended since it began are looked at
             // once it ends.
             self.idle_again.store(true, SeqCst);
@@ -110,15 +114,15 @@ impl Vacuum {
     }
 
     /// Starts a pass unless one of this process runs; answers whether it started one.
-    fn start(self: &Arc<Self>, pool: &Pool, ended: u64, wait: Wait) -> bool {
+    fn start(self: &Arc<Self>, ended: u64, wait: Wait) -> bool {
         if self.running.swap(true, SeqCst) {
             return false;
         }
         self.ended.fetch_sub(ended, SeqCst);
         self.passes.fetch_add(1, SeqCst);
-        let (me, pool) = (self.clone(), pool.clone());
+        let me = self.clone();
         tokio::spawn(async move {
-            let (live, held) = match pass(&pool, wait).await {
+            let (live, held) = match pass(&me.pool, wait).await {
                 Ok(counts) => counts,
                 Err(e) => {
                     tracing::debug!(error = %e, "vacuum of onus_live failed");
@@ -133,7 +137,7 @@ impl Vacuum {
             me.due_idle.store(spaced, SeqCst);
             me.running.store(false, SeqCst);
             if me.idle_again.swap(false, SeqCst) {
-                me.idle(&pool);
+                me.idle();
             }
         });
         true
@@ -154,13 +158,13 @@ enum Wait {
 
 /// One pass; answers the table's live rows, and whether a snapshot older than a second is held
 /// open elsewhere (which kept what the pass would have removed).
-async fn pass(pool: &Pool, wait: Wait) -> Result<(u64, bool), String> {
-    let c = pool.get().await.map_err(|e| e.to_string())?;
+async fn pass(pool: &Pool, wait: Wait) -> StoreResult<(u64, bool)> {
+    let c = pool.get().await.map_err(pool_err)?;
     let sql = match wait {
         Wait::Skip => "VACUUM (SKIP_LOCKED, TRUNCATE false) onus_live",
         Wait::Wait => "VACUUM (TRUNCATE false) onus_live",
     };
-    c.batch_execute(sql).await.map_err(|e| e.to_string())?;
+    c.batch_execute(sql).await.map_err(pg_error)?;
     // The database's own clock against its own record of when each transaction began.
     let row = c
         .query_one(
@@ -174,7 +178,7 @@ async fn pass(pool: &Pool, wait: Wait) -> Result<(u64, bool), String> {
             &[],
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(pg_error)?;
     let (live, held): (Option<i64>, bool) = (row.get(0), row.get(1));
     Ok((live.unwrap_or(0).max(0) as u64, held))
 }
