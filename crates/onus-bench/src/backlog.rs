@@ -155,7 +155,7 @@ fn request(limit: usize) -> ClaimRequest {
 /// Completes what a claim took, as a worker would.
 async fn complete(store: &Arc<dyn Store>, jobs: Vec<onus::Job>) -> Result<(), String> {
     let now = Utc::now();
-    let batch = jobs
+    let batch: Vec<Finish> = jobs
         .into_iter()
         .map(|j| Finish {
             id: j.id,
@@ -169,7 +169,7 @@ async fn complete(store: &Arc<dyn Store>, jobs: Vec<onus::Job>) -> Result<(), St
             result: None,
         })
         .collect();
-    store.finish(batch).await.map_err(|e| e.to_string())?;
+    store.finish(&batch).await.map_err(|e| e.to_string())?;
     Ok(())
 }
 

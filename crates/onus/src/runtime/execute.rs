@@ -1,8 +1,10 @@
 //! One attempt: admission (retry budget, rate window; the claim took its lease key), the handler
 //! under its kind's timeout and the job's cancellation, and its outcome queued for the finisher.
 
+use std::future::Future as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -12,9 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{self, Admission};
 use super::attempt::{self, finish_of, QueuedOutcome};
 use super::hub::Hold;
-use super::kind::JobContext;
+use super::kind::{AttemptState, JobContext};
 use super::Shared;
-use crate::job::Job;
 use crate::outcome::{AttemptEnd, Transition};
 use crate::store::Finish;
 
@@ -57,16 +58,17 @@ pub(crate) fn send_outcome(
     }
 }
 
-/// Runs one attempt of `job` and queues its outcome.
+/// Runs one attempt of the job in `state` and queues its outcome.
 pub(crate) async fn execute(
     shared: &Arc<Shared>,
-    job: Job,
+    state: Arc<AttemptState>,
     hold: &Hold,
     hard: CancellationToken,
     finish: &mpsc::UnboundedSender<QueuedOutcome>,
     started: &AtomicU64,
 ) {
     let cancel = hold.cancel.clone();
+    let job = &state.job;
     let Some(kind) = shared.kinds.get(&job.kind) else {
         return; // claims only ask for known kinds
     };
@@ -74,17 +76,26 @@ pub(crate) async fn execute(
         return;
     };
     let policy = &kind.policy;
-    let admitted = tokio::select! {
-        biased;
-        // Lost while being admitted: its slot is released by the rescue or lapses within a
-        // lease (nobody renews it).
-        _ = hold.lost.cancelled() => return,
-        a = admission::admit(shared, &job) => a,
+    // Lost while being admitted: its slot is released by the rescue or lapses within a lease
+    // (nobody renews it). Admission mostly answers at once; only a wait listens for the loss.
+    if hold.lost.is_cancelled() {
+        return;
+    }
+    let admitted = {
+        let mut admit = std::pin::pin!(admission::admit(shared, job));
+        match std::future::poll_fn(|cx| Poll::Ready(admit.as_mut().poll(cx))).await {
+            Poll::Ready(a) => a,
+            Poll::Pending => tokio::select! {
+                biased;
+                _ = hold.lost.cancelled() => return,
+                a = &mut admit => a,
+            },
+        }
     };
     match admitted {
         Admission::Run => {}
         Admission::Write(t) => {
-            send(shared, finish, finish_of(shared, &job, t), hold);
+            send(shared, finish, finish_of(shared, job, t), hold);
             return;
         }
     }
@@ -94,20 +105,16 @@ pub(crate) async fn execute(
     // Counted for the ready buffer once the handler starts: a job deferred or snoozed by
     // admission ran nothing.
     started.fetch_add(1, Ordering::Relaxed);
-    let job = Arc::new(job);
-    let completed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let kept = Arc::new(std::sync::Mutex::new(None));
     let ctx = JobContext {
-        job: job.clone(),
+        attempt: state.clone(),
         cancel: cancel.clone(),
         clock: shared.clock.clone(),
         store: shared.store.clone(),
         client: super::Client {
             shared: shared.clone(),
         },
-        completed: completed.clone(),
-        result: kept.clone(),
     };
+    let completed = &state.completed;
     let span = tracing::info_span!("job", id = job.id, kind = %job.kind, attempt = job.attempt);
     let began = Instant::now();
     // The handler runs in this attempt's own task (no second task per job): a panic is caught
@@ -161,7 +168,7 @@ pub(crate) async fn execute(
         Some(_) if cancel.is_cancelled() => Some(AttemptEnd::Cancelled),
         other => other,
     };
-    let mut f = attempt::ended(shared, &job, end, policy);
+    let mut f = attempt::ended(shared, job, end, policy);
     // Completed in the handler's own transaction: that is the outcome, whatever came after.
     let pre_completed = completed.load(std::sync::atomic::Ordering::SeqCst);
     if pre_completed {
@@ -169,7 +176,11 @@ pub(crate) async fn execute(
     } else if matches!(f.transition, Transition::Complete) {
         // A completion keeps the result its handler set (one completed in the handler's own
         // transaction wrote it there).
-        f.result = kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        f.result = state
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
     send_outcome(
         shared,

@@ -21,22 +21,53 @@ const SPLIT_AFTER: u32 = 3;
 /// The most outcomes written in one batch.
 const BATCH: usize = 512;
 
-/// An outcome waiting to be written, and how its writes have gone.
+/// An outcome waiting to be written (its [`Finish`] kept apart, in [`Batch`]), and how its writes
+/// have gone.
 struct Pending {
-    outcome: QueuedOutcome,
+    hold: Option<u64>,
+    counted: Option<(Arc<super::metrics::KindMeters>, Option<Duration>)>,
+    pre_completed: bool,
     /// Times the database refused it on its own.
     strikes: u32,
     /// When its writes started failing.
     failing_since: Option<Instant>,
 }
 
-impl Pending {
-    fn of(outcome: QueuedOutcome) -> Self {
-        Pending {
-            outcome,
+/// Outcomes waiting to be written: their writes side by side, handed to the store as they are
+/// (no copy per job), and what is known of each.
+#[derive(Default)]
+struct Batch {
+    finishes: Vec<Finish>,
+    pending: Vec<Pending>,
+}
+
+impl Batch {
+    fn push(&mut self, o: QueuedOutcome) {
+        self.finishes.push(o.finish);
+        self.pending.push(Pending {
+            hold: o.hold,
+            counted: o.counted,
+            pre_completed: o.pre_completed,
             strikes: 0,
             failing_since: None,
-        }
+        });
+    }
+
+    fn push_pending(&mut self, f: Finish, p: Pending) {
+        self.finishes.push(f);
+        self.pending.push(p);
+    }
+
+    fn len(&self) -> usize {
+        self.finishes.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.finishes.is_empty()
+    }
+
+    fn into_iter(self) -> impl Iterator<Item = (Finish, Pending)> {
+        self.finishes.into_iter().zip(self.pending)
     }
 }
 
@@ -70,42 +101,49 @@ async fn write_outcomes(
     rx: &tokio::sync::Mutex<mpsc::UnboundedReceiver<QueuedOutcome>>,
     abandon: &CancellationToken,
 ) {
-    let mut pending: Vec<Pending> = Vec::with_capacity(BATCH);
+    let mut batch = Batch::default();
     let mut failures = 0u32;
     let give_up_after = shared.options.lease_ttl.saturating_mul(2);
     loop {
-        if pending.is_empty() {
+        if batch.is_empty() {
             failures = 0;
             let mut fresh = Vec::with_capacity(BATCH);
             if rx.lock().await.recv_many(&mut fresh, BATCH).await == 0 {
                 return;
             }
-            pending.extend(fresh.into_iter().map(Pending::of));
+            batch.finishes.reserve(fresh.len());
+            batch.pending.reserve(fresh.len());
+            for o in fresh {
+                batch.push(o);
+            }
         } else if let Ok(mut rx) = rx.try_lock() {
-            while pending.len() < BATCH {
+            while batch.len() < BATCH {
                 match rx.try_recv() {
-                    Ok(o) => pending.push(Pending::of(o)),
+                    Ok(o) => batch.push(o),
                     Err(_) => break,
                 }
             }
         }
         // Completed in their handlers' own transactions (`complete_with`): written already.
-        if pending.iter().any(|p| p.outcome.pre_completed) {
-            let (done, rest): (Vec<Pending>, Vec<Pending>) =
-                pending.drain(..).partition(|p| p.outcome.pre_completed);
-            pending = rest;
-            let done: Vec<QueuedOutcome> = done.into_iter().map(|p| p.outcome).collect();
+        if batch.pending.iter().any(|p| p.pre_completed) {
+            let (mut done, mut rest) = (Batch::default(), Batch::default());
+            for (f, p) in std::mem::take(&mut batch).into_iter() {
+                if p.pre_completed {
+                    done.push_pending(f, p);
+                } else {
+                    rest.push_pending(f, p);
+                }
+            }
+            batch = rest;
             recorded(shared, &done, &vec![true; done.len()]);
-            if pending.is_empty() {
+            if batch.is_empty() {
                 continue;
             }
         }
-        let finishes: Vec<Finish> = pending.iter().map(|p| p.outcome.finish.clone()).collect();
-        let err = match shared.store.finish(finishes).await {
+        let err = match shared.store.finish(&batch.finishes).await {
             Ok(applied) => {
                 shared.hub.store_answered();
-                let done: Vec<QueuedOutcome> = pending.drain(..).map(|p| p.outcome).collect();
-                recorded(shared, &done, &applied);
+                recorded(shared, &std::mem::take(&mut batch), &applied);
                 // The process went idle: nothing held, nothing to claim.
                 if shared.hub.held_count() == 0 && shared.intakes.all_idle() {
                     shared.store.idle();
@@ -115,23 +153,23 @@ async fn write_outcomes(
             Err(e) => e,
         };
         if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
-            for p in pending.drain(..) {
-                give_up(shared, &p.outcome, &err);
+            for (f, p) in std::mem::take(&mut batch).into_iter() {
+                give_up(shared, &f, p.hold, &err);
             }
             continue;
         }
         failures += 1;
         let now = Instant::now();
-        for p in pending.iter_mut() {
+        for p in batch.pending.iter_mut() {
             p.failing_since.get_or_insert(now);
         }
         if failures == 1 {
-            tracing::error!(error = %err, jobs = pending.len(), "cannot record job outcomes; trying again");
+            tracing::error!(error = %err, jobs = batch.len(), "cannot record job outcomes; trying again");
         }
         if !err.is_transient() || failures >= SPLIT_AFTER {
             failures = 0;
-            pending = one_by_one(shared, std::mem::take(&mut pending), give_up_after).await;
-            if pending.is_empty() {
+            batch = one_by_one(shared, std::mem::take(&mut batch), give_up_after).await;
+            if batch.is_empty() {
                 continue;
             }
         }
@@ -144,15 +182,19 @@ async fn write_outcomes(
 
 /// Writes the outcomes one at a time; returns the ones to try again. A transient failure before
 /// anything was written means the database is away: the pass stops there and everything waits.
-async fn one_by_one(shared: &Shared, items: Vec<Pending>, give_up_after: Duration) -> Vec<Pending> {
-    let mut kept = Vec::new();
+async fn one_by_one(shared: &Shared, items: Batch, give_up_after: Duration) -> Batch {
+    let mut kept = Batch::default();
     let mut written = false;
     let mut items = items.into_iter();
-    while let Some(mut p) = items.next() {
-        let e = match shared.store.finish(vec![p.outcome.finish.clone()]).await {
+    while let Some((f, mut p)) = items.next() {
+        let e = match shared.store.finish(std::slice::from_ref(&f)).await {
             Ok(applied) => {
                 shared.hub.store_answered();
-                recorded(shared, std::slice::from_ref(&p.outcome), &applied);
+                let one = Batch {
+                    finishes: vec![f],
+                    pending: vec![p],
+                };
+                recorded(shared, &one, &applied);
                 written = true;
                 continue;
             }
@@ -163,45 +205,46 @@ async fn one_by_one(shared: &Shared, items: Vec<Pending>, give_up_after: Duratio
             // Failing this long while the database answered other calls since: give up.
             let answered = shared.hub.store_answered_since(since);
             if answered && since.elapsed() >= give_up_after {
-                give_up(shared, &p.outcome, &e);
+                give_up(shared, &f, p.hold, &e);
                 continue;
             }
-            kept.push(p);
+            kept.push_pending(f, p);
             if !written && !answered {
-                kept.extend(items); // the database is away: wait for it
+                for (f, p) in items {
+                    kept.push_pending(f, p); // the database is away: wait for it
+                }
                 return kept;
             }
             continue;
         }
         p.strikes += 1;
         if p.strikes >= MAX_STRIKES {
-            give_up(shared, &p.outcome, &e);
+            give_up(shared, &f, p.hold, &e);
         } else {
-            tracing::warn!(job = p.outcome.finish.id, error = %e, "the database refused a job's outcome; trying again");
-            kept.push(p);
+            tracing::warn!(job = f.id, error = %e, "the database refused a job's outcome; trying again");
+            kept.push_pending(f, p);
         }
     }
     kept
 }
 
 /// After a write: logs lost leases, releases holds, wakes workers where a slot or a job freed.
-fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
+fn recorded(shared: &Shared, batch: &Batch, applied: &[bool]) {
     let mut woken = false;
-    for (o, &ok) in outcomes.iter().zip(applied) {
-        let f = &o.finish;
+    for ((f, p), &ok) in batch.finishes.iter().zip(&batch.pending).zip(applied) {
         if !ok {
             tracing::warn!(
                 job = f.id,
                 "outcome not recorded: the job's lease was lost to another process"
             );
         }
-        if let Some(serial) = o.hold {
+        if let Some(serial) = p.hold {
             shared.hub.release(f.id, serial);
             shared
                 .unwritten
                 .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
-        if let (true, Some((meters, took))) = (ok, &o.counted) {
+        if let (true, Some((meters, took))) = (ok, &p.counted) {
             meters.attempt(&f.transition, *took);
         }
         woken |= f.release_lease.is_some() || matches!(f.transition, Transition::Return);
@@ -211,14 +254,14 @@ fn recorded(shared: &Shared, outcomes: &[QueuedOutcome], applied: &[bool]) {
     }
 }
 
-fn give_up(shared: &Shared, o: &QueuedOutcome, e: &StoreError) {
+fn give_up(shared: &Shared, f: &Finish, hold: Option<u64>, e: &StoreError) {
     tracing::error!(
-        job = o.finish.id,
+        job = f.id,
         error = %e,
         "giving up on recording a job's outcome; its lease will run out and the rescuer will count the attempt as lost"
     );
-    if let Some(serial) = o.hold {
-        shared.hub.release(o.finish.id, serial);
+    if let Some(serial) = hold {
+        shared.hub.release(f.id, serial);
         shared
             .unwritten
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);

@@ -205,22 +205,39 @@ impl Kind {
 /// What a handler knows about the attempt it runs.
 #[derive(Clone)]
 pub struct JobContext {
-    pub(crate) job: Arc<Job>,
+    pub(crate) attempt: Arc<AttemptState>,
     pub(crate) cancel: CancellationToken,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) client: super::Client,
+}
+
+/// What a handler and the attempt running it share: the job, and what the handler left for the
+/// attempt to write. One allocation per attempt.
+#[derive(Debug)]
+pub(crate) struct AttemptState {
+    pub(crate) job: Job,
     /// Set once [`JobContext::complete_with`] committed the job's completion.
-    pub(crate) completed: Arc<AtomicBool>,
+    pub(crate) completed: AtomicBool,
     /// The result to keep if this attempt completes the job ([`JobContext::set_result`]).
-    pub(crate) result: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    pub(crate) result: std::sync::Mutex<Option<serde_json::Value>>,
+}
+
+impl AttemptState {
+    pub(crate) fn new(job: Job) -> Self {
+        AttemptState {
+            job,
+            completed: AtomicBool::new(false),
+            result: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 impl fmt::Debug for JobContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JobContext")
-            .field("job", &self.job.id)
-            .field("kind", &self.job.kind)
+            .field("job", &self.attempt.job.id)
+            .field("kind", &self.attempt.job.kind)
             .finish()
     }
 }
@@ -228,12 +245,12 @@ impl fmt::Debug for JobContext {
 impl JobContext {
     /// The job as claimed (`attempt` counts this attempt).
     pub fn job(&self) -> &Job {
-        &self.job
+        &self.attempt.job
     }
 
     /// This attempt's number, from 1.
     pub fn attempt(&self) -> u32 {
-        self.job.attempt
+        self.job().attempt
     }
 
     /// The job layer's current time.
@@ -253,13 +270,13 @@ impl JobContext {
     /// report the database does not take is logged and dropped: progress never fails the job.
     pub async fn progress(&self, fraction: f64, message: &str) -> Result<(), ReportError> {
         let p = Progress::new(fraction, message, self.clock.now())?;
-        let owner = self.job.lease_owner.clone().unwrap_or_default();
+        let owner = self.job().lease_owner.clone().unwrap_or_default();
         if let Err(e) = self
             .store
-            .report_progress(self.job.id, &owner, self.job.attempt, &p)
+            .report_progress(self.job().id, &owner, self.job().attempt, &p)
             .await
         {
-            tracing::warn!(job = self.job.id, error = %e, "progress not recorded");
+            tracing::warn!(job = self.job().id, error = %e, "progress not recorded");
         }
         Ok(())
     }
@@ -271,13 +288,18 @@ impl JobContext {
         let v = serde_json::to_value(value)
             .map_err(|e| ReportError(format!("result does not serialize to JSON: {e}")))?;
         crate::job::check_result(&v)?;
-        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        *self
+            .attempt
+            .result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(v);
         Ok(())
     }
 
     /// The result set so far, to write with the completion.
     pub(crate) fn kept_result(&self) -> Option<serde_json::Value> {
-        self.result
+        self.attempt
+            .result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -322,33 +344,33 @@ impl JobContext {
         let shared = &self.client.shared;
         let finish = crate::store::Finish {
             result: self.kept_result(),
-            ..super::attempt::finish_of(shared, &self.job, Transition::Complete)
+            ..super::attempt::finish_of(shared, self.job(), Transition::Complete)
         };
-        let id = self.job.id;
+        let id = self.job().id;
         // The lease slot this attempt holds goes to the key's next job of the same queue and
         // kind, claimed for this process in the same commit, where the store hands slots on
         // (`Store::hands_on_lease_slots`), while the queue runs here (and this process's clock is
         // within bounds of the database's, as for any claim of its own).
         let door = self
-            .job
+            .job()
             .lease_key
             .as_ref()
             .filter(|_| self.store.hands_on_lease_slots())
             .filter(|_| super::skew::Skew::within_bound(shared))
-            .and_then(|_| shared.intakes.get(&self.job.queue));
+            .and_then(|_| shared.intakes.get(&self.job().queue));
         let to = door.as_ref().map(|_| {
             let now = shared.clock.now();
             crate::store::keys::HandTo {
                 owner: shared.owner.clone(),
-                queue: self.job.queue.clone(),
-                kind: self.job.kind.clone(),
+                queue: self.job().queue.clone(),
+                kind: self.job().kind.clone(),
                 lease_until: crate::clock::add(now, shared.options.lease_ttl),
             }
         });
         let started = std::time::Instant::now();
         let next: Arc<std::sync::Mutex<Option<Job>>> = Arc::default();
         let handed = next.clone();
-        let (store, shared, queue) = (self.store.clone(), shared.clone(), self.job.queue.clone());
+        let (store, shared, queue) = (self.store.clone(), shared.clone(), self.job().queue.clone());
         // When a slot is handed on, the commit and the start of the job it went to happen together,
         // in a task of their own: the handler may be stopped once its job is completed (a renewal
         // finds it no longer running), and the job handed on must not be left claimed with nobody
@@ -392,7 +414,7 @@ impl JobContext {
                 }
             }
         };
-        self.completed.store(true, Ordering::SeqCst);
+        self.attempt.completed.store(true, Ordering::SeqCst);
         Ok(out)
     }
 }

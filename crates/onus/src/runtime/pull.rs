@@ -251,7 +251,7 @@ impl Client {
     /// Writes `t` for a claimed job not handed out (letting go of its lease key's slot).
     async fn hand_back(&self, job: &Job, t: Transition) {
         let back = super::attempt::finish_of(&self.shared, job, t);
-        if let Err(e) = self.shared.store.finish(vec![back]).await {
+        if let Err(e) = self.shared.store.finish(&[back]).await {
             tracing::warn!(job = job.id, error = %e, "cannot write the claimed job's state; its lease will run out");
         }
     }
@@ -563,8 +563,8 @@ impl Client {
         if finishes.is_empty() {
             return Ok(out);
         }
-        let transitions: Vec<Transition> = finishes.iter().map(|f| f.transition.clone()).collect();
-        let applied = self.shared.store.finish(finishes).await?;
+        let applied = self.shared.store.finish(&finishes).await?;
+        let transitions: Vec<&Transition> = finishes.iter().map(|f| &f.transition).collect();
         // A failure or snooze meets a cancel asked for since the read, which the write turns
         // into the job's end: the state said is the one written, read back.
         let later: Vec<JobId> = written

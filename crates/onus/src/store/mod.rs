@@ -139,7 +139,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn claim(&self, req: ClaimRequest) -> StoreResult<Vec<Job>>;
 
     /// Records finished attempts; for each, whether the guarded write applied.
-    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+    async fn finish(&self, batch: &[Finish]) -> StoreResult<Vec<bool>> {
+        let batch = batch.to_vec(); // SQLite's writer thread takes its own
         flow!(self, write, |tx| finish::all(tx, &batch))
     }
 

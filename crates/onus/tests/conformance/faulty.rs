@@ -106,7 +106,7 @@ impl Store for Faulty {
         }
         Ok(jobs)
     }
-    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+    async fn finish(&self, batch: &[Finish]) -> StoreResult<Vec<bool>> {
         self.gate().await;
         let refused = {
             let r = self.faults.refuse_finish_of.lock().unwrap();

@@ -719,12 +719,12 @@ async fn regression_finishers_take_lease_key_locks_in_one_order() {
     let (s1, s2) = (env.store.clone(), env.store.clone());
     let a = vec![done(ids[0], "k1"), done(ids[1], "k2")];
     let b = vec![done(ids[2], "k2"), done(ids[3], "k1")];
-    let f1 = tokio::spawn(async move { s1.finish(a).await });
+    let f1 = tokio::spawn(async move { s1.finish(&a).await });
     wait_until("the first finisher waits for k1", || async {
         waiting().await == 1
     })
     .await;
-    let f2 = tokio::spawn(async move { s2.finish(b).await });
+    let f2 = tokio::spawn(async move { s2.finish(&b).await });
     wait_until("the second finisher waits too", || async {
         waiting().await == 2
     })
@@ -950,7 +950,8 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
             found += jobs.len();
             let done = store
                 .finish(
-                    jobs.iter()
+                    &jobs
+                        .iter()
                         .map(|j| Finish {
                             id: j.id,
                             owner: "w".into(),
@@ -962,7 +963,7 @@ async fn the_table_of_unfinished_jobs_is_vacuumed_as_its_jobs_end() {
                             expired_before: None,
                             result: None,
                         })
-                        .collect(),
+                        .collect::<Vec<_>>(),
                 )
                 .await
                 .unwrap();

@@ -183,7 +183,7 @@ pub async fn regression_a_lease_lost_elsewhere_stops_the_attempt_at_once(env: En
     let later = now + chrono::TimeDelta::seconds(1);
     let applied = env
         .store
-        .finish(vec![Finish {
+        .finish(&[Finish {
             id,
             owner: onus.owner().to_string(),
             attempt: 1,

@@ -136,7 +136,7 @@ async fn run_case(env: &Env, max_attempts: u32, steps: Vec<Step>) -> Result<(), 
                     expired_before: None,
                     result: None,
                 };
-                prop_assert_eq!(env.store.finish(vec![f]).await.unwrap(), vec![true]);
+                prop_assert_eq!(env.store.finish(&[f]).await.unwrap(), vec![true]);
                 let after = env.job(id).await;
                 if let Step::Run(Answer::Snooze(_)) = step {
                     prop_assert_eq!(after.attempt, before.attempt, "a snooze spends no attempt");

@@ -52,7 +52,7 @@ pub(crate) async fn claims_through_a_backlog_miss_nothing_sorting_before_what_th
     let back = &first[2];
     let applied = w
         .store
-        .finish(vec![w.finish(back, Transition::Return, w.now)])
+        .finish(&[w.finish(back, Transition::Return, w.now)])
         .await
         .unwrap();
     assert_eq!(applied, vec![true]);
@@ -170,7 +170,7 @@ pub(crate) async fn a_claimed_job_is_the_job_as_stored(backend: Backend) {
     };
     let applied = w
         .store
-        .finish(vec![w.finish(&first, retry, w.now)])
+        .finish(&[w.finish(&first, retry, w.now)])
         .await
         .unwrap();
     assert_eq!(applied, vec![true]);

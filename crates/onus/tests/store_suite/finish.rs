@@ -15,7 +15,7 @@ pub(crate) async fn finish_applies_only_for_the_lease_holder(backend: Backend) {
         ..w.finish(&j, Transition::Complete, w.now)
     };
     assert_eq!(
-        w.store.finish(vec![stranger, stale]).await.unwrap(),
+        w.store.finish(&[stranger, stale]).await.unwrap(),
         vec![false, false]
     );
     assert_eq!(w.get(&j).await.state, JobState::Running);
@@ -24,10 +24,7 @@ pub(crate) async fn finish_applies_only_for_the_lease_holder(backend: Backend) {
         entry: entry(w.now, 1, "boom"),
     };
     assert_eq!(
-        w.store
-            .finish(vec![w.finish(&j, retry, w.now)])
-            .await
-            .unwrap(),
+        w.store.finish(&[w.finish(&j, retry, w.now)]).await.unwrap(),
         vec![true]
     );
     let after = w.get(&j).await;
@@ -46,7 +43,7 @@ pub(crate) async fn finish_applies_only_for_the_lease_holder(backend: Backend) {
     };
     assert_eq!(
         w.store
-            .finish(vec![w.finish(&j, discard, w.now + secs(10))])
+            .finish(&[w.finish(&j, discard, w.now + secs(10))])
             .await
             .unwrap(),
         vec![true]
@@ -155,7 +152,7 @@ pub(crate) async fn a_rescue_applies_only_to_a_lease_that_really_expired(backend
     };
     assert_eq!(
         w.store
-            .finish(vec![rescue(dead), rescue(alive)])
+            .finish(&[rescue(dead), rescue(alive)])
             .await
             .unwrap(),
         vec![true, false]
@@ -176,7 +173,7 @@ pub(crate) async fn one_attempt_ended_twice_at_once_applies_once(backend: Backen
     for j in &jobs {
         for transition in [Transition::Complete, Transition::Complete] {
             let (store, f) = (w.store.clone(), w.finish(j, transition, w.now));
-            calls.push(tokio::spawn(async move { store.finish(vec![f]).await }));
+            calls.push(tokio::spawn(async move { store.finish(&[f]).await }));
         }
     }
     let mut applied = Vec::new();
@@ -204,7 +201,7 @@ pub(crate) async fn one_attempt_ended_twice_at_once_applies_once(backend: Backen
         w.finish(&j, Transition::Complete, w.now),
         w.finish(&j, Transition::Complete, w.now),
     ];
-    let applied = w.store.finish(thrice).await.unwrap();
+    let applied = w.store.finish(&thrice).await.unwrap();
     assert!(
         applied == vec![false, true, false] || applied == vec![false, false, true],
         "{applied:?}"

@@ -46,7 +46,7 @@ pub(crate) async fn a_lease_key_takes_its_slots_and_a_release_wakes_the_waiter(b
     let done = w.now + secs(5);
     assert_eq!(
         w.store
-            .finish(vec![w.finish(a, Transition::Complete, done)])
+            .finish(&[w.finish(a, Transition::Complete, done)])
             .await
             .unwrap(),
         vec![true]

@@ -70,7 +70,7 @@ pub(crate) async fn counters_and_history_follow_every_change_folded_or_not(backe
     let job = w.claim(&["a"], 1, w.now).await.remove(0);
     let done = w.now + secs(1);
     let f = w.finish(&job, Transition::Complete, done);
-    assert_eq!(w.store.finish(vec![f]).await.unwrap(), vec![true]);
+    assert_eq!(w.store.finish(&[f]).await.unwrap(), vec![true]);
     let counts = |rows: Vec<onus::store::CountRow>| {
         let mut v: Vec<(JobState, u64)> = rows
             .into_iter()

@@ -24,7 +24,7 @@ pub(crate) async fn retry_cancel_and_retention(backend: Backend) {
         .iter()
         .map(|j| w.finish(j, Transition::Complete, w.now))
         .collect();
-    assert_eq!(w.store.finish(done).await.unwrap(), vec![true, true]);
+    assert_eq!(w.store.finish(&done).await.unwrap(), vec![true, true]);
     let keep = Retention {
         completed: Duration::from_secs(3600),
         discarded: Duration::from_secs(3600),
@@ -238,7 +238,7 @@ pub(crate) async fn a_completed_job_reads_counts_and_goes_as_one(backend: Backen
         .iter()
         .map(|j| w.finish(j, Transition::Complete, done))
         .collect();
-    assert_eq!(w.store.finish(ends).await.unwrap(), vec![true, true]);
+    assert_eq!(w.store.finish(&ends).await.unwrap(), vec![true, true]);
     for job in [&a, &b] {
         let j = w.get(job).await;
         assert_eq!(

@@ -159,7 +159,7 @@ pub(crate) async fn a_database_at_migration_9_upgrades_in_place(backend: Backend
         expired_before: None,
         result: None,
     };
-    assert_eq!(store.finish(vec![done]).await.unwrap(), vec![true]);
+    assert_eq!(store.finish(&[done]).await.unwrap(), vec![true]);
     assert_eq!(job(3).await.state, Completed);
     assert!(job(5).await.run_at <= now, "the waiter woke");
 

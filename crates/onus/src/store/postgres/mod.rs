@@ -631,11 +631,11 @@ impl Store for PostgresStore {
         self.vacuum.idle();
     }
 
-    async fn finish(&self, batch: Vec<Finish>) -> StoreResult<Vec<bool>> {
+    async fn finish(&self, batch: &[Finish]) -> StoreResult<Vec<bool>> {
         // A few outcomes (a pull worker's answer, a short completion batch) share a commit with
         // other callers' (see [`group`]); a large batch fills a transaction by itself.
         let applied = if batch.len() < group::ALONE_FROM {
-            self.finishes.write(batch).await?
+            self.finishes.write(batch.to_vec()).await?
         } else {
             let mut c = self.client().await?;
             finish_batch(&mut c, &batch.iter().collect::<Vec<_>>()).await?
