@@ -24,4 +24,3 @@ pub use error::Error;
 /// 54 with one, against 43 to 48 with glibc's malloc).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
