@@ -82,8 +82,8 @@ static CLAIM_CAPPED: std::sync::LazyLock<Sql> = std::sync::LazyLock::new(|| {
 /// from nothing in seconds carries statistics that call it a few rows, and the planner then picked
 /// a sequential scan inside a nested loop: every job of the batch compared with every running job
 /// (2 s for a batch of 512 with 17,000 jobs running, measured). Only these statements are steered;
-/// everything else plans as usual. They also take their generic plan from the first run on each
-/// connection (as claims do, see [`CLAIM_PLAN`]).
+/// everything else plans as usual. Completion batches also take their generic plan from their first
+/// run on each connection (as claims do, see [`CLAIM_PLAN`]).
 const NO_SEQSCAN: &str =
     "SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
 const NO_SEQSCAN_SESSION: &str = "SET enable_seqscan = off";
