@@ -33,8 +33,9 @@ struct Pending {
     failing_since: Option<Instant>,
 }
 
-/// Outcomes waiting to be written: their writes side by side, handed to the store as they are
-/// (no copy per job), and what is known of each.
+/// Outcomes waiting to be written: their writes side by side, handed to the store as a slice (a
+/// PostgreSQL batch of 64 and more is written from it; a smaller one, and SQLite's, is copied),
+/// and what is known of each.
 #[derive(Default)]
 struct Batch {
     finishes: Vec<Finish>,

