@@ -1,10 +1,8 @@
 //! One attempt: admission (retry budget, rate window; the claim took its lease key), the handler
 //! under its kind's timeout and the job's cancellation, and its outcome queued for the finisher.
 
-use std::future::Future as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -83,9 +81,9 @@ pub(crate) async fn execute(
     }
     let admitted = {
         let mut admit = std::pin::pin!(admission::admit(shared, job));
-        match std::future::poll_fn(|cx| Poll::Ready(admit.as_mut().poll(cx))).await {
-            Poll::Ready(a) => a,
-            Poll::Pending => tokio::select! {
+        match admit.as_mut().now_or_never() {
+            Some(a) => a,
+            None => tokio::select! {
                 biased;
                 _ = hold.lost.cancelled() => return,
                 a = &mut admit => a,

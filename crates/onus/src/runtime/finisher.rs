@@ -44,14 +44,14 @@ struct Batch {
 
 impl Batch {
     fn push(&mut self, o: QueuedOutcome) {
-        self.finishes.push(o.finish);
-        self.pending.push(Pending {
+        let p = Pending {
             hold: o.hold,
             counted: o.counted,
             pre_completed: o.pre_completed,
             strikes: 0,
             failing_since: None,
-        });
+        };
+        self.push_pending(o.finish, p);
     }
 
     fn push_pending(&mut self, f: Finish, p: Pending) {
@@ -66,8 +66,13 @@ impl Batch {
     fn is_empty(&self) -> bool {
         self.finishes.is_empty()
     }
+}
 
-    fn into_iter(self) -> impl Iterator<Item = (Finish, Pending)> {
+impl IntoIterator for Batch {
+    type Item = (Finish, Pending);
+    type IntoIter = std::iter::Zip<std::vec::IntoIter<Finish>, std::vec::IntoIter<Pending>>;
+
+    fn into_iter(self) -> Self::IntoIter {
         self.finishes.into_iter().zip(self.pending)
     }
 }
@@ -128,7 +133,7 @@ async fn write_outcomes(
         // Completed in their handlers' own transactions (`complete_with`): written already.
         if batch.pending.iter().any(|p| p.pre_completed) {
             let (mut done, mut rest) = (Batch::default(), Batch::default());
-            for (f, p) in std::mem::take(&mut batch).into_iter() {
+            for (f, p) in std::mem::take(&mut batch) {
                 if p.pre_completed {
                     done.push_pending(f, p);
                 } else {
@@ -154,7 +159,7 @@ async fn write_outcomes(
             Err(e) => e,
         };
         if matches!(err, StoreError::Closed) || abandon.is_cancelled() {
-            for (f, p) in std::mem::take(&mut batch).into_iter() {
+            for (f, p) in std::mem::take(&mut batch) {
                 give_up(shared, &f, p.hold, &err);
             }
             continue;
