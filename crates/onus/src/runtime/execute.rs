@@ -65,7 +65,7 @@ pub(crate) async fn execute(
     finish: &mpsc::UnboundedSender<QueuedOutcome>,
     started: &AtomicU64,
 ) {
-    let cancel = hold.cancel.clone();
+    let cancel = &*hold.signals;
     let job = &state.job;
     let Some(kind) = shared.kinds.get(&job.kind) else {
         return; // claims only ask for known kinds
@@ -76,7 +76,7 @@ pub(crate) async fn execute(
     let policy = &kind.policy;
     // Lost while being admitted: its slot is released by the rescue or lapses within a lease
     // (nobody renews it). Admission mostly answers at once; only a wait listens for the loss.
-    if hold.lost.is_cancelled() {
+    if hold.signals.is_lost() {
         return;
     }
     let admitted = {
@@ -85,7 +85,7 @@ pub(crate) async fn execute(
             Some(a) => a,
             None => tokio::select! {
                 biased;
-                _ = hold.lost.cancelled() => return,
+                _ = hold.signals.lost() => return,
                 a = &mut admit => a,
             },
         }
@@ -97,7 +97,7 @@ pub(crate) async fn execute(
             return;
         }
     }
-    if hold.lost.is_cancelled() {
+    if hold.signals.is_lost() {
         return; // fenced before it could start
     }
     // Counted for the ready buffer once the handler starts: a job deferred or snoozed by
@@ -105,7 +105,7 @@ pub(crate) async fn execute(
     started.fetch_add(1, Ordering::Relaxed);
     let ctx = JobContext {
         attempt: state.clone(),
-        cancel: cancel.clone(),
+        cancel: hold.signals.clone(),
         clock: shared.clock.clone(),
         store: shared.store.clone(),
         client: super::Client {
@@ -135,7 +135,7 @@ pub(crate) async fn execute(
             _ = cancel.cancelled() => {
                 tokio::select! {
                     biased;
-                    _ = hold.lost.cancelled() => {
+                    _ = hold.signals.lost() => {
                         tracing::warn!(job = job.id, "dropped the attempt: this process lost its lease on it");
                         return;
                     }
@@ -146,7 +146,7 @@ pub(crate) async fn execute(
                 }
             }
             _ = hard.cancelled() => None,
-            _ = hold.lost.cancelled() => {
+            _ = hold.signals.lost() => {
                 if completed.load(std::sync::atomic::Ordering::SeqCst) {
                     // Not lost: the handler completed the job in its own transaction, and a
                     // renewal found it no longer running. Its outcome is recorded as that

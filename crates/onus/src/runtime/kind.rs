@@ -6,8 +6,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::clock::{Clock, Timestamp};
 use crate::job::{decode_args, Job, JobArgs, Progress, ReportError};
 use crate::limits::RateWindow;
@@ -206,7 +204,7 @@ impl Kind {
 #[derive(Clone)]
 pub struct JobContext {
     pub(crate) attempt: Arc<AttemptState>,
-    pub(crate) cancel: CancellationToken,
+    pub(crate) cancel: Arc<super::hub::Signals>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) client: super::Client,

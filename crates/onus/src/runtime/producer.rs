@@ -499,7 +499,7 @@ async fn dispatch(
         };
         // A free slot is taken at once; only a wait for one listens for the stops (each wait
         // registered with a token costs about 200 instructions).
-        let run = if stop.is_cancelled() || hold.lost.is_cancelled() {
+        let run = if stop.is_cancelled() || hold.signals.is_lost() {
             None
         } else {
             match run_slots.free.clone().try_acquire_owned() {
@@ -508,15 +508,15 @@ async fn dispatch(
                 Err(tokio::sync::TryAcquireError::NoPermits) => tokio::select! {
                     biased;
                     _ = stop.cancelled() => None,
-                    _ = hold.lost.cancelled() => None,
+                    _ = hold.signals.lost() => None,
                     p = run_slots.free.clone().acquire_owned() => p.ok(),
                 },
             }
         };
         let id = state.job.id;
         match run {
-            _ if hold.lost.is_cancelled() => {} // the fence dropped it before it started
-            Some(run) if !hold.cancel.is_cancelled() => {
+            _ if hold.signals.is_lost() => {} // the fence dropped it before it started
+            Some(run) if !hold.signals.is_cancelled() => {
                 let (shared, hard, finish) = (shared.clone(), hard.clone(), finish.clone());
                 let started = run_slots.started.clone();
                 // Boxed: the task then moves a pointer, not the attempt's whole state (a handler's
