@@ -146,9 +146,16 @@ impl Clock for OffsetClock {
     }
 }
 
-/// Truncates to the microsecond, the precision both stores keep.
+/// Truncates to the microsecond, the precision both stores keep. Only the time of day changes:
+/// a round trip through microseconds since the epoch converted the date twice (about 140
+/// instructions, twice per claimed job).
 pub(crate) fn trunc(t: Timestamp) -> Timestamp {
-    from_micros(t.timestamp_micros())
+    use chrono::Timelike;
+    match t.nanosecond() {
+        // A leap second has no microseconds of its own: it becomes the next second, as stored.
+        n if n >= 1_000_000_000 => from_micros(t.timestamp_micros()),
+        n => t.with_nanosecond(n / 1_000 * 1_000).unwrap_or(t),
+    }
 }
 
 pub(crate) fn from_micros(us: i64) -> Timestamp {
@@ -165,4 +172,21 @@ pub fn add(t: Timestamp, d: Duration) -> Timestamp {
 pub fn sub(t: Timestamp, d: Duration) -> Timestamp {
     let d = TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
     t.checked_sub_signed(d).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The same instant as a round trip through microseconds since the epoch, before 1970
+        /// as after, leap seconds included.
+        #[test]
+        fn trunc_keeps_the_microsecond_below(secs in -62_000_000_000i64..250_000_000_000i64, nanos in 0u32..2_000_000_000u32) {
+            let t = DateTime::from_timestamp(secs, nanos).unwrap_or(DateTime::<Utc>::MIN_UTC);
+            prop_assert_eq!(trunc(t), from_micros(t.timestamp_micros()));
+            prop_assert_eq!(trunc(t).timestamp_subsec_nanos() % 1_000, 0);
+        }
+    }
 }

@@ -105,7 +105,7 @@ impl<'r> LeaseRounds<'r> {
         LeaseRounds {
             req,
             ask: req.clone(),
-            out: Vec::with_capacity(req.limit),
+            out: Vec::new(),
             waited: Vec::new(),
             rounds: 0,
             done: req.limit == 0,
@@ -149,8 +149,17 @@ impl<'r> LeaseRounds<'r> {
             .filter(|(_, d)| !matches!(d, LeaseDecision::Acquired))
             .map(|((j, _, _), _)| j.id)
             .collect();
-        self.out
-            .extend(got.into_iter().filter(|j| !waiting.contains(&j.id)));
+        if waiting.is_empty() {
+            // Every job runs (the usual case): the round's jobs join whole, not one by one.
+            if self.out.is_empty() {
+                self.out = got;
+            } else {
+                self.out.append(&mut got);
+            }
+        } else {
+            self.out
+                .extend(got.into_iter().filter(|j| !waiting.contains(&j.id)));
+        }
         self.done = short || waiting.is_empty() || self.out.len() >= req.limit;
         Ok(())
     }
