@@ -154,7 +154,11 @@ pub(crate) fn trunc(t: Timestamp) -> Timestamp {
     match t.nanosecond() {
         // A leap second has no microseconds of its own: it becomes the next second, as stored.
         n if n >= 1_000_000_000 => from_micros(t.timestamp_micros()),
-        n => t.with_nanosecond(n / 1_000 * 1_000).unwrap_or(t),
+        // On the naive time: `DateTime::with_nanosecond` goes through the offset and back.
+        n => t
+            .naive_utc()
+            .with_nanosecond(n / 1_000 * 1_000)
+            .map_or(t, |d| d.and_utc()),
     }
 }
 

@@ -986,10 +986,10 @@ pub(crate) async fn finish_batch(
             first.insert((f.id, f.attempt as i32, f.owner.as_str()), i);
         }
         for r in &rows {
-            let written: (Option<i64>, Option<i32>, Option<String>) =
-                (r.get(0), r.get(1), r.get(2));
+            // The owner read in place, not copied out.
+            let written: (Option<i64>, Option<i32>, Option<&str>) = (r.get(0), r.get(1), r.get(2));
             if let (Some(id), Some(attempt), Some(owner)) = written {
-                if let Some(&i) = first.get(&(id, attempt, owner.as_str())) {
+                if let Some(&i) = first.get(&(id, attempt, owner)) {
                     applied[i] = true;
                 }
             }
