@@ -498,7 +498,7 @@ async fn dispatch(
             break;
         };
         // A free slot is taken at once; only a wait for one listens for the stops (each wait
-        // registered with a token costs about 200 instructions).
+        // registered with the stop token costs about 200 instructions).
         let run = if stop.is_cancelled() || hold.signals.is_lost() {
             None
         } else {
