@@ -65,7 +65,6 @@ pub(crate) async fn execute(
     finish: &mpsc::UnboundedSender<QueuedOutcome>,
     started: &AtomicU64,
 ) {
-    let cancel = &*hold.signals;
     let job = &state.job;
     let Some(kind) = shared.kinds.get(&job.kind) else {
         return; // claims only ask for known kinds
@@ -105,7 +104,7 @@ pub(crate) async fn execute(
     started.fetch_add(1, Ordering::Relaxed);
     let ctx = JobContext {
         attempt: state.clone(),
-        cancel: hold.signals.clone(),
+        signals: hold.signals.clone(),
         clock: shared.clock.clone(),
         store: shared.store.clone(),
         client: super::Client {
@@ -132,7 +131,7 @@ pub(crate) async fn execute(
             biased;
             r = &mut handle => Some(joined(r)),
             _ = tokio::time::sleep(timeout) => Some(AttemptEnd::TimedOut(timeout)),
-            _ = cancel.cancelled() => {
+            _ = hold.signals.cancelled() => {
                 tokio::select! {
                     biased;
                     _ = hold.signals.lost() => {
@@ -163,7 +162,7 @@ pub(crate) async fn execute(
     // branch above noticed first; one that succeeded anyway stays completed.
     let end = match end {
         Some(AttemptEnd::Returned(Ok(()))) => Some(AttemptEnd::Returned(Ok(()))),
-        Some(_) if cancel.is_cancelled() => Some(AttemptEnd::Cancelled),
+        Some(_) if hold.signals.is_cancelled() => Some(AttemptEnd::Cancelled),
         other => other,
     };
     let mut f = attempt::ended(shared, job, end, policy);

@@ -204,7 +204,7 @@ impl Kind {
 #[derive(Clone)]
 pub struct JobContext {
     pub(crate) attempt: Arc<AttemptState>,
-    pub(crate) cancel: Arc<super::hub::Signals>,
+    pub(crate) signals: Arc<super::hub::Signals>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) client: super::Client,
@@ -305,12 +305,12 @@ impl JobContext {
 
     /// True once the job was cancelled; the attempt then ends `cancelled` unless it succeeds.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.signals.is_cancelled()
     }
 
     /// Resolves when the job is cancelled.
     pub async fn cancelled(&self) {
-        self.cancel.cancelled().await
+        self.signals.cancelled().await
     }
 
     /// Takes one use of `limit` for `key`. When the window is spent this returns the error to
