@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use onus::{Job, JobFilter, JobId, JobState, Policy};
 
+use axum::extract::{Path, State};
+
+use crate::api::{App, Body};
 use crate::config::{self, FileConfig};
 use crate::Error;
 
@@ -20,7 +23,13 @@ use crate::Error;
 )]
 pub struct Cli {
     /// Configuration file (default: onus.toml in the working directory, if present).
-    #[arg(long, env = "ONUS_CONFIG", global = true, value_name = "PATH")]
+    #[arg(
+        long,
+        env = "ONUS_CONFIG",
+        hide_env_values = true,
+        global = true,
+        value_name = "PATH"
+    )]
     pub config: Option<PathBuf>,
     /// Database URL: sqlite://path/to/onus.db (default sqlite://onus.db) or postgres://...
     #[arg(
@@ -58,21 +67,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List, show, retry and cancel jobs.
+    /// List, show, insert, retry, cancel and delete jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
+    /// List queues with their figures; pause and resume them in every process.
+    #[command(subcommand)]
+    Queues(QueuesCommand),
     /// Show retry policies and the schedule each implies.
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Show periodic jobs: schedule, last run, last failure, next run.
+    /// Periodic jobs: list them; pause, resume or run a schedule.
     #[command(subcommand)]
     Periodic(PeriodicCommand),
+    /// Paused lease keys: list them; pause or resume a key (every waiting job holding it is held).
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Print or rotate the API token kept in the database.
     #[command(subcommand)]
     Token(TokenCommand),
     /// Make encryption keys and re-encrypt webhook secrets under a new one.
     #[command(subcommand)]
-    Keys(KeysCommand),
+    Encryption(EncryptionCommand),
     /// End the tasks panel's sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -86,16 +101,77 @@ pub enum SessionsCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum KeysCommand {
+pub enum EncryptionCommand {
     /// Print a new random encryption key (32 bytes, base64) for ONUS_ENCRYPTION_KEY or
     /// encryption_key_file.
     Generate,
     /// Re-encrypt every webhook secret under a new key (from the configured key, or from
     /// plaintext when none is configured yet); then configure the new key.
-    RotateEncryption {
+    Rotate {
         /// A file holding the new key (else ONUS_NEW_ENCRYPTION_KEY).
         #[arg(long, value_name = "PATH")]
         new_key_file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// List the paused lease keys: until when, why, and how many waiting jobs each holds.
+    List {
+        /// Print JSON, one key per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a lease key until a time: its waiting jobs are held (no attempt spent, nothing
+    /// written to their history); running ones finish. Replaces a pause in force.
+    #[command(group(clap::ArgGroup::new("when").required(true).args(["for_", "until"])))]
+    Pause {
+        /// The lease key.
+        key: String,
+        /// For how long ("10m", "2h"; at least 1s).
+        #[arg(long = "for", value_name = "DURATION", value_parser = duration_arg)]
+        for_: Option<std::time::Duration>,
+        /// Until this instant (RFC 3339, like 2026-12-01T12:00:00Z).
+        #[arg(long, value_name = "TIME", value_parser = instant_arg)]
+        until: Option<onus::Timestamp>,
+        /// Why (shown with the pause).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// End a key's pause now: the jobs it held are due at once.
+    Resume {
+        /// The lease key.
+        key: String,
+    },
+    /// Moved to `onus encryption generate`.
+    #[command(hide = true)]
+    Generate,
+    /// Moved to `onus encryption rotate`.
+    #[command(hide = true)]
+    RotateEncryption {
+        /// Moved with the command.
+        #[arg(long, value_name = "PATH")]
+        new_key_file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueuesCommand {
+    /// List every queue: jobs by state, how many wait, how long the oldest has, paused or not.
+    List {
+        /// Print JSON, one queue per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a queue in every process: nothing more is claimed from it; running jobs finish.
+    Pause {
+        /// The queue.
+        name: String,
+    },
+    /// Resume a paused queue.
+    Resume {
+        /// The queue.
+        name: String,
     },
 }
 
@@ -119,6 +195,21 @@ pub enum PeriodicCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Pause a schedule in every process: it enqueues nothing until resumed.
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Resume a paused schedule from its next period (missed periods are not run).
+    Resume {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Enqueue a schedule's job now, once (paused or not).
+    Run {
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -127,9 +218,9 @@ pub enum JobsCommand {
     List {
         #[command(flatten)]
         filter: FilterArgs,
-        /// Most jobs to show.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        /// Most jobs to show (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
         /// Show jobs with ids below this one (the next page).
         #[arg(long)]
         before: Option<JobId>,
@@ -145,11 +236,46 @@ pub enum JobsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Insert a job, checked as `POST /api/v1/jobs` checks one.
+    Insert(InsertArgs),
     /// Run discarded, cancelled or retryable jobs again now (one more attempt each): by id, or
     /// every job matching a filter.
     Retry(ActionArgs),
     /// Cancel jobs: waiting ones at once, running ones by a signal to their handler.
     Cancel(ActionArgs),
+    /// Delete finished jobs (completed, discarded, cancelled): by id, or every finished job
+    /// matching a filter.
+    Delete(ActionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InsertArgs {
+    /// The kind (`GET /api/v1/kinds` lists them).
+    pub kind: String,
+    /// The handler's input, JSON (default {}).
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    pub args: Option<serde_json::Value>,
+    /// The queue (default: the kind's).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Lower runs first among jobs due at once.
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i16>,
+    /// When to run (RFC 3339, like 2026-12-01T12:00:00Z; default now).
+    #[arg(long, value_name = "TIME", value_parser = instant_arg)]
+    pub run_at: Option<onus::Timestamp>,
+    /// While an unfinished job of the kind holds this key, inserting answers that job instead.
+    #[arg(long)]
+    pub unique_key: Option<String>,
+    /// Labels to find the job by (repeat or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub tag: Vec<String>,
+    /// The lease key (default: the kind's lease_key template, if it has one).
+    #[arg(long)]
+    pub lease_key: Option<String>,
+    /// Print the job as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +289,18 @@ pub struct FilterArgs {
     /// Only jobs in these queues.
     #[arg(long, value_delimiter = ',')]
     pub queue: Vec<String>,
+    /// Only jobs carrying one of these tags.
+    #[arg(long, value_delimiter = ',')]
+    pub tag: Vec<String>,
+    /// Only jobs whose args hold this text (ASCII letters without case, spaces ignored).
+    #[arg(long, value_name = "TEXT")]
+    pub q: Option<String>,
+    /// Only jobs created at or after this instant (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = instant_arg)]
+    pub created_after: Option<onus::Timestamp>,
+    /// Only jobs created before this instant (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = instant_arg)]
+    pub created_before: Option<onus::Timestamp>,
 }
 
 #[derive(Debug, Args)]
@@ -195,13 +333,36 @@ impl FilterArgs {
             states: self.state.clone(),
             kinds: self.kind.clone(),
             queues: self.queue.clone(),
+            tags: self.tag.clone(),
+            q: self.q.clone().filter(|q| !q.is_empty()),
+            created_after: self.created_after,
+            created_before: self.created_before,
             ..JobFilter::default()
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.state.is_empty() && self.kind.is_empty() && self.queue.is_empty()
+        self.to_filter(Vec::new()) == JobFilter::default()
     }
+}
+
+/// An RFC 3339 instant given as a flag.
+fn instant_arg(v: &str) -> Result<onus::Timestamp, String> {
+    chrono::DateTime::parse_from_rfc3339(v)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{e}; write an RFC 3339 instant like 2026-12-01T12:00:00Z"))
+}
+
+/// A duration given as a flag ("10m", "2h").
+fn duration_arg(v: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(v).map_err(|e| format!("{e}; write it like 10m, 2h or 1d"))
+}
+
+/// JSON given as a flag.
+fn json_arg(v: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(v).map_err(|e| {
+        format!("not JSON ({e}); quote it for the shell, like '{{\"to\": \"a@example.com\"}}'")
+    })
 }
 
 /// Refuses a SQLite URL whose file does not exist, naming the file and how to point elsewhere.
@@ -241,7 +402,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Serve { .. }
             | Command::Migrate { status: false, .. }
             | Command::Policy(_)
-            | Command::Keys(KeysCommand::Generate)
+            | Command::Encryption(EncryptionCommand::Generate)
+            | Command::Keys(KeysCommand::Generate | KeysCommand::RotateEncryption { .. })
     );
     if needs_database {
         database_exists(&url)?;
@@ -267,18 +429,15 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             }
             Ok(())
         }
-        Command::Periodic(PeriodicCommand::List { json }) => {
-            let store = onus::open(&url).await?;
-            let rows = store.list_periodic().await?;
-            if json {
-                for r in &rows {
-                    println!("{}", serde_json::to_string(r)?);
-                }
-            } else {
-                print!("{}", periodic_table(&rows));
-            }
-            Ok(())
+        Command::Periodic(cmd) => periodic(&app(&file, &url).await?, cmd).await,
+        Command::Queues(cmd) => queues(&app(&file, &url).await?, cmd).await,
+        Command::Keys(KeysCommand::Generate) => {
+            Err("encryption keys moved: run `onus encryption generate`".into())
         }
+        Command::Keys(KeysCommand::RotateEncryption { .. }) => {
+            Err("encryption keys moved: run `onus encryption rotate --new-key-file PATH`".into())
+        }
+        Command::Keys(cmd) => keys(&app(&file, &url).await?, cmd).await,
         Command::Token(cmd) => token(&file, &url, cmd).await,
         Command::Sessions(SessionsCommand::Revoke) => {
             let parts = migrated_runtime(&file, &url).await?;
@@ -288,19 +447,23 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             eprintln!("every panel session has ended; log in again");
             Ok(())
         }
-        Command::Keys(KeysCommand::Generate) => {
+        Command::Encryption(EncryptionCommand::Generate) => {
             println!("{}", onus_webhooks::crypto::Key::generate());
             Ok(())
         }
-        Command::Keys(KeysCommand::RotateEncryption { new_key_file }) => {
+        Command::Encryption(EncryptionCommand::Rotate { new_key_file }) => {
             rotate_encryption(&file, &url, new_key_file).await
         }
-        Command::Jobs(cmd) => {
-            let store = onus::open(&url).await?;
-            let client = onus::Onus::builder(store).build()?.client();
-            jobs(client, cmd).await
-        }
+        Command::Jobs(cmd) => jobs(&app(&file, &url).await?, cmd).await,
     }
+}
+
+/// The API's handlers' state for a command: what the server would check and answer, run here
+/// (the same kinds, queues and checks), on a database whose migrations are all applied.
+async fn app(file: &FileConfig, url: &str) -> Result<App, Error> {
+    let parts = migrated_runtime(file, url).await?;
+    let auth = crate::api::auth::Auth::new(None, parts.secrets.clone());
+    Ok(crate::serve::state(&parts, file, auth))
 }
 
 /// The runtime the configuration describes, on a database whose migrations are all applied (a
@@ -518,7 +681,8 @@ fn describe_policy(name: &str, origin: &str, p: &Policy) -> String {
     s
 }
 
-async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), Error> {
+async fn jobs(app: &App, cmd: JobsCommand) -> Result<(), Error> {
+    let client = &app.client;
     match cmd {
         JobsCommand::List {
             filter,
@@ -526,19 +690,20 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), Error> {
             before,
             json,
         } => {
-            let jobs = client
-                .list(&filter.to_filter(Vec::new()), limit, before)
-                .await?;
+            let filter = filter.to_filter(Vec::new());
+            let page = crate::views::jobs::page(app, &filter, limit.into(), before).await?;
             if json {
-                for j in &jobs {
+                for j in &page.jobs {
                     println!("{}", serde_json::to_string(j)?);
                 }
             } else {
-                print!("{}", table(&jobs));
-                if jobs.len() == limit {
-                    if let Some(last) = jobs.last() {
-                        eprintln!("(more: --before {})", last.id);
-                    }
+                if page.jobs.is_empty() {
+                    println!("(no jobs)");
+                } else {
+                    print!("{}", table(&page.jobs));
+                }
+                if let Some(next) = &page.next_cursor {
+                    eprintln!("(more: --before {next})");
                 }
             }
             Ok(())
@@ -549,6 +714,46 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), Error> {
                 println!("{}", serde_json::to_string_pretty(&job)?);
             } else {
                 print!("{}", show(&job));
+            }
+            Ok(())
+        }
+        JobsCommand::Insert(a) => {
+            let json = a.json;
+            let body = crate::api::jobs::NewJobBody {
+                kind: a.kind,
+                args: a.args,
+                queue: a.queue,
+                priority: a.priority,
+                run_at: a.run_at.map(|t| t.to_rfc3339()),
+                unique_key: a.unique_key,
+                tags: (!a.tag.is_empty()).then_some(a.tag),
+                lease_key: a.lease_key,
+            };
+            let row = body.to_job(app, "")?;
+            let got = client
+                .insert_prepared(vec![row])
+                .await?
+                .pop()
+                .ok_or("nothing was inserted")?;
+            let j = &got.job;
+            if json {
+                println!("{}", serde_json::to_string_pretty(j)?);
+            } else if got.inserted {
+                println!(
+                    "enqueued job {} ({} in queue {}, {} at {})",
+                    j.id,
+                    j.kind,
+                    j.queue,
+                    j.state,
+                    time_or_dash(Some(j.run_at))
+                );
+            } else {
+                println!(
+                    "not inserted: job {} ({}) holds the unique key {:?}",
+                    j.id,
+                    j.state,
+                    j.unique_key.as_deref().unwrap_or("")
+                );
             }
             Ok(())
         }
@@ -582,7 +787,162 @@ async fn jobs(client: onus::Client, cmd: JobsCommand) -> Result<(), Error> {
             }
             Ok(())
         }
+        JobsCommand::Delete(a) => {
+            let f = action_filter(a)?;
+            let matched = client.count(&f).await?;
+            let gone = client.delete_where(&f).await?;
+            println!("deleted {} finished job(s){}", gone.len(), id_list(&gone));
+            let left = matched.saturating_sub(gone.len() as u64);
+            if left > 0 {
+                println!("left {left} unfinished job(s) as they are (cancel them first)");
+            }
+            Ok(())
+        }
     }
+}
+
+/// `onus queues ...`: what `GET /queues` and `POST /queues/{name}/pause|resume` answer.
+async fn queues(app: &App, cmd: QueuesCommand) -> Result<(), Error> {
+    use crate::api::queues as q;
+    let show = |stats: &onus::runtime::QueueStats| {
+        if stats.paused {
+            println!(
+                "queue {} is paused (since {}): nothing is claimed from it until `onus queues resume {}`",
+                stats.name,
+                time_or_dash(stats.paused_at),
+                stats.name
+            );
+        } else {
+            println!(
+                "queue {} runs: {} job(s) waiting",
+                stats.name, stats.waiting
+            );
+        }
+    };
+    match cmd {
+        QueuesCommand::List { json } => {
+            let list = q::queue_list(app).await?;
+            if json {
+                for s in &list.queues {
+                    println!("{}", serde_json::to_string(s)?);
+                }
+            } else {
+                print!("{}", queue_table(&list.queues));
+            }
+        }
+        QueuesCommand::Pause { name } => {
+            show(&q::pause(State(app.clone()), Path(name)).await?.0);
+        }
+        QueuesCommand::Resume { name } => {
+            show(&q::resume(State(app.clone()), Path(name)).await?.0);
+        }
+    }
+    Ok(())
+}
+
+/// `onus periodic ...`: what `GET /periodic` and `POST /periodic/{name}/...` answer.
+async fn periodic(app: &App, cmd: PeriodicCommand) -> Result<(), Error> {
+    use crate::api::queues as q;
+    let show = |r: &onus::store::PeriodicRow| {
+        if r.paused_at.is_some() {
+            println!(
+                "schedule {} is paused: it enqueues nothing until `onus periodic resume {}`",
+                r.name, r.name
+            );
+        } else {
+            println!(
+                "schedule {} runs ({}); next run {}",
+                r.name,
+                r.schedule,
+                time_or_dash(r.next_run_at)
+            );
+        }
+    };
+    match cmd {
+        PeriodicCommand::List { json } => {
+            let rows = q::list_periodic(State(app.clone())).await?.0.periodic;
+            if json {
+                for r in &rows {
+                    println!("{}", serde_json::to_string(r)?);
+                }
+            } else if rows.is_empty() {
+                println!("(no periodic jobs)");
+            } else {
+                print!("{}", periodic_table(&rows));
+            }
+        }
+        PeriodicCommand::Pause { name } => {
+            show(&q::pause_periodic(State(app.clone()), Path(name)).await?.0)
+        }
+        PeriodicCommand::Resume { name } => {
+            show(&q::resume_periodic(State(app.clone()), Path(name)).await?.0)
+        }
+        PeriodicCommand::Run { name } => {
+            let (_, job) = q::run_periodic(State(app.clone()), Path(name.clone())).await?;
+            println!(
+                "enqueued job {} for schedule {name} ({} in queue {})",
+                job.id, job.kind, job.queue
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `onus keys ...`: what `GET /keys` and `POST /keys/{key}/pause|resume` answer.
+async fn keys(app: &App, cmd: KeysCommand) -> Result<(), Error> {
+    use crate::api::keys as k;
+    match cmd {
+        KeysCommand::List { json } => {
+            let keys = k::list(State(app.clone())).await?.0.keys;
+            if json {
+                for p in &keys {
+                    println!("{}", serde_json::to_string(p)?);
+                }
+            } else if keys.is_empty() {
+                println!("(no paused keys)");
+            } else {
+                print!("{}", key_table(&keys));
+            }
+        }
+        KeysCommand::Pause {
+            key,
+            for_,
+            until,
+            reason,
+        } => {
+            if for_.is_some_and(|d| d < onus::runtime::MIN_PAUSE) {
+                return Err(format!(
+                    "--for: a pause lasts at least {}s (to end a pause, run `onus keys resume`)",
+                    onus::runtime::MIN_PAUSE.as_secs()
+                )
+                .into());
+            }
+            let body = k::PauseBody {
+                seconds: for_.map(|d| d.as_secs_f64()),
+                until: until.map(|t| t.to_rfc3339()),
+                reason,
+            };
+            let p = k::pause(State(app.clone()), Path(key), Body(body)).await?.0;
+            println!(
+                "paused {} until {}: {} waiting job(s) held",
+                p.key,
+                time_or_dash(Some(p.until)),
+                p.held
+            );
+        }
+        KeysCommand::Resume { key } => {
+            let r = k::resume(State(app.clone()), Path(key)).await?.0;
+            if r.was_paused {
+                println!("resumed {}: {} job(s) due now", r.key, r.released);
+            } else {
+                println!("{} was not paused: nothing changed", r.key);
+            }
+        }
+        KeysCommand::Generate | KeysCommand::RotateEncryption { .. } => {
+            unreachable!("answered before a database is opened")
+        }
+    }
+    Ok(())
 }
 
 fn action_filter(a: ActionArgs) -> Result<JobFilter, Error> {
@@ -602,10 +962,60 @@ fn id_list(ids: &[JobId]) -> String {
     format!(": {}", v.join(" "))
 }
 
-/// A time as shown in a table, or `-` when there is none.
+/// A time as shown in a table (to the second, with its zone), or `-` when there is none.
 fn time_or_dash(t: Option<onus::Timestamp>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| "-".into())
+}
+
+/// A time as shown on one job's page: to the millisecond, with its zone.
+fn precise(t: Option<onus::Timestamp>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+fn queue_table(queues: &[onus::runtime::QueueStats]) -> String {
+    let mut s = format!(
+        "{:<20}  {:<7}  {:>8}  {:>12}  {}\n",
+        "QUEUE", "STATE", "WAITING", "OLDEST WAIT", "JOBS BY STATE"
+    );
+    for q in queues {
+        let counts: Vec<String> = q.counts.iter().map(|(st, n)| format!("{st} {n}")).collect();
+        let _ = writeln!(
+            s,
+            "{:<20}  {:<7}  {:>8}  {:>12}  {}",
+            q.name,
+            if q.paused { "paused" } else { "running" },
+            q.waiting,
+            onus::policy::human(std::time::Duration::from_secs(
+                q.oldest_waiting_seconds as u64
+            )),
+            if counts.is_empty() {
+                "-".to_string()
+            } else {
+                counts.join(", ")
+            }
+        );
+    }
+    s
+}
+
+fn key_table(keys: &[onus::PausedKey]) -> String {
+    let mut s = format!(
+        "{:<30}  {:<23}  {:>5}  {}\n",
+        "KEY", "UNTIL", "HELD", "REASON"
+    );
+    for k in keys {
+        let _ = writeln!(
+            s,
+            "{:<30}  {:<23}  {:>5}  {}",
+            k.key,
+            time_or_dash(Some(k.until)),
+            k.held,
+            if k.reason.is_empty() { "-" } else { &k.reason }
+        );
+    }
+    s
 }
 
 fn table(jobs: &[Job]) -> String {
@@ -646,10 +1056,10 @@ fn show(j: &Job) -> String {
     let _ = writeln!(s, "  attempt:        {}/{}", j.attempt, j.max_attempts);
     let _ = writeln!(s, "  snoozes:        {}", j.snoozes);
     let _ = writeln!(s, "  priority:       {}", j.priority);
-    let _ = writeln!(s, "  run at:         {}", time_or_dash(Some(j.run_at)));
-    let _ = writeln!(s, "  created at:     {}", time_or_dash(Some(j.created_at)));
-    let _ = writeln!(s, "  attempted at:   {}", time_or_dash(j.attempted_at));
-    let _ = writeln!(s, "  finalized at:   {}", time_or_dash(j.finalized_at));
+    let _ = writeln!(s, "  run at:         {}", precise(Some(j.run_at)));
+    let _ = writeln!(s, "  created at:     {}", precise(Some(j.created_at)));
+    let _ = writeln!(s, "  attempted at:   {}", precise(j.attempted_at));
+    let _ = writeln!(s, "  finalized at:   {}", precise(j.finalized_at));
     if let Some(k) = &j.unique_key {
         let _ = writeln!(s, "  unique key:     {k}");
     }
@@ -660,7 +1070,7 @@ fn show(j: &Job) -> String {
         let _ = writeln!(
             s,
             "  leased to:      {o} until {}",
-            time_or_dash(j.lease_expires_at)
+            precise(j.lease_expires_at)
         );
     }
     let _ = writeln!(s, "  args:           {}", j.args);
@@ -674,7 +1084,7 @@ fn show(j: &Job) -> String {
             } else {
                 format!("  {}", p.message)
             },
-            time_or_dash(Some(p.at))
+            precise(Some(p.at))
         );
     }
     if let Some(r) = &j.result {
@@ -693,7 +1103,7 @@ fn show(j: &Job) -> String {
         let _ = writeln!(
             s,
             "    {}  attempt {}  {:<11}  {}",
-            time_or_dash(Some(e.at)),
+            precise(Some(e.at)),
             e.attempt,
             class,
             e.message
@@ -724,7 +1134,11 @@ fn periodic_table(rows: &[onus::store::PeriodicRow]) -> String {
             r.schedule,
             time_or_dash(r.last_run_at),
             r.last_state.as_deref().unwrap_or("-"),
-            time_or_dash(r.next_run_at),
+            if r.paused_at.is_some() {
+                "paused".to_string()
+            } else {
+                time_or_dash(r.next_run_at)
+            },
             failure
         );
     }

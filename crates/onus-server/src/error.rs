@@ -25,6 +25,9 @@ pub enum Error {
     /// Writing JSON for the terminal.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// Refused as the API refuses it (the same checks, run by a command).
+    #[error("{}", .0.message)]
+    Api(crate::api::ApiError),
     /// What `what` was doing when `source` happened.
     #[error("{what}: {source}")]
     In {
@@ -46,6 +49,12 @@ impl Error {
             what: what.into(),
             source: Box::new(source),
         }
+    }
+}
+
+impl From<crate::api::ApiError> for Error {
+    fn from(e: crate::api::ApiError) -> Self {
+        Error::Api(e)
     }
 }
 

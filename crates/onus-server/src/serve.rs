@@ -339,7 +339,8 @@ impl Server {
                     |res: &axum::http::Response<_>, took: Duration, _span: &tracing::Span| {
                         tracing::info!(
                             status = res.status().as_u16(),
-                            ms = took.as_secs_f64() * 1000.0,
+                            // Rounded to a tenth of a millisecond: 1.1, not 1.1099350000000001.
+                            ms = (took.as_secs_f64() * 10_000.0).round() / 10.0,
                             "answered"
                         );
                     },
@@ -450,12 +451,15 @@ pub async fn serve(
     // Listening for the signals before anything else: one that arrives while the server starts
     // stops it gracefully too.
     let signal = stop_signal()?;
-    let (parts, app) = prepare(&file, &url, migrate).await?;
+    // The address is taken before the database is opened: a bad --listen, or one in use, stops
+    // the start without making or migrating a database. Connections wait in the listen queue
+    // until the server answers.
     let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
         format!(
-            "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen"
+            "cannot listen on {listen}: {e}; choose another address with ONUS_LISTEN or --listen (like 127.0.0.1:8080)"
         )
     })?;
+    let (parts, app) = prepare(&file, &url, migrate).await?;
     let server = Server::start(&parts, app, listener)?;
     tracing::info!(
         database = %onus::redact_url(&url),
@@ -464,6 +468,16 @@ pub async fn serve(
         "onus {} listening on http://{}",
         env!("CARGO_PKG_VERSION"),
         server.addr
+    );
+    let login = if parts.panel_cfg.password.is_some() {
+        "log in with the panel password of onus.toml"
+    } else {
+        "log in with the API token: `onus token show` prints it"
+    };
+    tracing::info!(
+        "the tasks panel is at http://{}{}/ ({login}); the API is under /api/v1",
+        server.addr,
+        parts.panel_cfg.base().unwrap_or_default()
     );
     signal.await;
     tracing::info!("stopping: finishing requests in flight and running jobs");

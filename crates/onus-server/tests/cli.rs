@@ -40,7 +40,16 @@ fn every_command_has_help() {
         vec!["jobs", "show", "--help"],
         vec!["token", "--help"],
         vec!["token", "rotate", "--help"],
-        vec!["keys", "rotate-encryption", "--help"],
+        vec!["encryption", "rotate", "--help"],
+        vec!["encryption", "generate", "--help"],
+        vec!["jobs", "insert", "--help"],
+        vec!["jobs", "delete", "--help"],
+        vec!["queues", "list", "--help"],
+        vec!["queues", "pause", "--help"],
+        vec!["keys", "list", "--help"],
+        vec!["keys", "pause", "--help"],
+        vec!["keys", "resume", "--help"],
+        vec!["periodic", "run", "--help"],
         vec!["jobs", "retry", "--help"],
         vec!["jobs", "cancel", "--help"],
         vec!["policy", "--help"],
@@ -229,6 +238,11 @@ fn regression_a_command_where_there_is_no_database_says_so() {
         vec!["jobs", "retry", "1"],
         vec!["jobs", "cancel", "--all"],
         vec!["periodic", "list"],
+        vec!["jobs", "insert", "http.request"],
+        vec!["jobs", "delete", "1"],
+        vec!["queues", "list"],
+        vec!["keys", "list"],
+        vec!["keys", "resume", "customer:7"],
         vec!["token", "show"],
         vec!["token", "rotate"],
         vec!["migrate", "--status"],
@@ -283,6 +297,14 @@ async fn jobs_commands_list_show_retry_and_cancel() {
         v.extend_from_slice(args);
         onus(dir.path(), &v)
     };
+    // The job layer's line alone: the commands ask for every line first.
+    let o = run(&["jobs", "list"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("onus migrate"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(run(&["migrate"]).status.success());
 
     let out = stdout(&run(&["jobs", "list"]));
     assert_eq!(out.lines().count(), 4, "{out}");
@@ -328,7 +350,7 @@ async fn jobs_commands_list_show_retry_and_cancel() {
     let o = run(&["jobs", "show", "999"]);
     assert!(stderr(&o).contains("no job with id 999"), "{}", stderr(&o));
     let out = stdout(&run(&["periodic", "list"]));
-    assert!(out.starts_with("NAME"), "{out}");
+    assert_eq!(out, "(no periodic jobs)\n");
     let o = run(&["jobs", "list", "--state", "sleeping"]);
     assert!(stderr(&o).contains("unknown job state"), "{}", stderr(&o));
 }
@@ -518,7 +540,7 @@ fn json_logs_are_one_object_per_line() {
 #[test]
 fn encryption_keys_are_made_and_secrets_re_encrypted() {
     let dir = tempfile::tempdir().unwrap();
-    let key = stdout(&onus(dir.path(), &["keys", "generate"]))
+    let key = stdout(&onus(dir.path(), &["encryption", "generate"]))
         .trim()
         .to_string();
     assert_eq!(key.len(), 44, "{key}");
@@ -527,7 +549,7 @@ fn encryption_keys_are_made_and_secrets_re_encrypted() {
     assert!(onus(dir.path(), &["migrate"]).status.success());
     let o = onus(
         dir.path(),
-        &["keys", "rotate-encryption", "--new-key-file", "new.key"],
+        &["encryption", "rotate", "--new-key-file", "new.key"],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
@@ -537,7 +559,7 @@ fn encryption_keys_are_made_and_secrets_re_encrypted() {
     );
     let o = onus(
         dir.path(),
-        &["keys", "rotate-encryption", "--new-key-file", "bad.key"],
+        &["encryption", "rotate", "--new-key-file", "bad.key"],
     );
     assert!(
         !o.status.success() && stderr(&o).contains("32 bytes"),
@@ -806,4 +828,349 @@ fn a_policy_override_shows_alike_in_policy_show_and_get_kinds() {
     assert_eq!(served["timeline"], shown["timeline"], "{served}");
     assert_eq!(served["policy"], shown["policy"]);
     assert_eq!(served["span_seconds"], json!(245.0));
+}
+
+#[test]
+fn the_cli_reaches_what_the_api_does() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(onus(dir.path(), &["migrate"]).status.success());
+    let run = |args: &[&str]| onus(dir.path(), args);
+    let ok = |args: &[&str]| {
+        let o = run(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let refused = |args: &[&str]| {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?} was taken: {}", stdout(&o));
+        stderr(&o)
+    };
+
+    assert_eq!(ok(&["jobs", "list"]), "(no jobs)\n");
+    let later = "2100-01-01T00:00:00Z";
+    let out = ok(&[
+        "jobs",
+        "insert",
+        "http.request",
+        "--args",
+        r#"{"method": "POST", "url": "https://example.com/hook", "body": "Invoice 42"}"#,
+        "--queue",
+        "outbound",
+        "--priority",
+        "-1",
+        "--run-at",
+        later,
+        "--tag",
+        "billing,eu",
+        "--lease-key",
+        "customer:7",
+    ]);
+    assert!(
+        out.starts_with(
+            "enqueued job 1 (http.request in queue outbound, scheduled at 2100-01-01 00:00:00 UTC)"
+        ),
+        "{out}"
+    );
+    let job: serde_json::Value =
+        serde_json::from_str(&ok(&["jobs", "show", "1", "--json"])).unwrap();
+    assert_eq!(job["priority"], -1);
+    assert_eq!(job["tags"], json!(["billing", "eu"]));
+    assert_eq!(job["lease_key"], "customer:7");
+    let out = ok(&[
+        "jobs",
+        "insert",
+        "http.request",
+        "--args",
+        r#"{"method": "POST", "url": "https://example.com/b"}"#,
+        "--unique-key",
+        "once",
+        "--run-at",
+        later,
+    ]);
+    assert!(out.starts_with("enqueued job 2"), "{out}");
+    let out = ok(&[
+        "jobs",
+        "insert",
+        "http.request",
+        "--args",
+        r#"{"method": "POST", "url": "https://example.com/b"}"#,
+        "--unique-key",
+        "once",
+        "--run-at",
+        later,
+    ]);
+    assert!(
+        out.starts_with("not inserted: job 2 (scheduled) holds the unique key \"once\""),
+        "{out}"
+    );
+    // Refused as the API refuses it, and checked before anything is written.
+    let e = refused(&["jobs", "insert", "no.such.kind"]);
+    assert!(
+        e.contains("unknown kind \"no.such.kind\"") && e.contains("known kinds"),
+        "{e}"
+    );
+    let e = refused(&["jobs", "insert", "webhook.deliver"]);
+    assert!(e.contains("publish an event instead"), "{e}");
+    let e = refused(&["jobs", "insert", "http.request", "--args", "{url"]);
+    assert!(e.contains("--args") && e.contains("not JSON"), "{e}");
+    let e = refused(&["jobs", "insert", "http.request", "--run-at", "tomorrow"]);
+    assert!(e.contains("--run-at") && e.contains("RFC 3339"), "{e}");
+
+    // The list's filters, times with their zone.
+    let out = ok(&["jobs", "list", "--tag", "eu"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("2100-01-01 00:00:00 UTC"), "{out}");
+    assert_eq!(ok(&["jobs", "list", "--tag", "nothing"]), "(no jobs)\n");
+    assert_eq!(ok(&["jobs", "list", "--q", "invoice"]).lines().count(), 2);
+    assert_eq!(
+        ok(&["jobs", "list", "--created-after", later]),
+        "(no jobs)\n"
+    );
+    assert_eq!(
+        ok(&["jobs", "list", "--created-before", later])
+            .lines()
+            .count(),
+        3
+    );
+    let show = ok(&["jobs", "show", "1"]);
+    assert!(
+        show.contains("run at:         2100-01-01 00:00:00.000 UTC"),
+        "{show}"
+    );
+
+    // Delete: finished jobs only.
+    let e = refused(&["jobs", "delete", "1"]);
+    assert!(
+        e.contains("only finished jobs") && e.contains("cancel it first"),
+        "{e}"
+    );
+    let out = ok(&["jobs", "delete", "--queue", "outbound"]);
+    assert!(
+        out.contains("deleted 0 finished job(s)") && out.contains("left 1 unfinished"),
+        "{out}"
+    );
+    ok(&["jobs", "cancel", "1"]);
+    let out = ok(&["jobs", "delete", "--state", "cancelled"]);
+    assert!(out.starts_with("deleted 1 finished job(s): 1"), "{out}");
+    assert!(refused(&["jobs", "show", "1"]).contains("no job with id 1"));
+    assert!(refused(&["jobs", "delete"]).contains("name job ids, or a filter"));
+
+    // Queues.
+    let out = ok(&["queues", "pause", "outbound"]);
+    assert!(
+        out.starts_with("queue outbound is paused (since 20"),
+        "{out}"
+    );
+    assert!(
+        out.contains("UTC)") && out.contains("onus queues resume outbound"),
+        "{out}"
+    );
+    let out = ok(&["queues", "list"]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("outbound"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("paused") && line.ends_with('-'), "{out}");
+    let line = out.lines().find(|l| l.starts_with("default")).unwrap();
+    assert!(
+        line.contains("running") && line.ends_with("scheduled 1"),
+        "{out}"
+    );
+    let out = ok(&["queues", "resume", "outbound"]);
+    assert!(out.starts_with("queue outbound runs"), "{out}");
+    let q: Vec<serde_json::Value> = ok(&["queues", "list", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Resumed and empty, it is listed no more; the default queue holds the job left.
+    assert!(
+        !q.iter().any(|q| q["paused"] == true) && q.iter().any(|q| q["name"] == "default"),
+        "{q:?}"
+    );
+
+    // Paused lease keys (not encryption keys).
+    assert_eq!(ok(&["keys", "list"]), "(no paused keys)\n");
+    let out = ok(&[
+        "keys",
+        "pause",
+        "customer:7",
+        "--for",
+        "10m",
+        "--reason",
+        "maintenance",
+    ]);
+    assert!(
+        out.starts_with("paused customer:7 until 20") && out.contains("UTC: 0 waiting job(s) held"),
+        "{out}"
+    );
+    let out = ok(&["keys", "list"]);
+    assert!(
+        out.contains("customer:7") && out.contains("maintenance"),
+        "{out}"
+    );
+    assert!(refused(&["keys", "pause", "customer:7", "--for", "0s"])
+        .contains("--for: a pause lasts at least"));
+    assert!(refused(&["keys", "pause", "customer:7"]).contains("--until"));
+    let e = refused(&[
+        "keys",
+        "pause",
+        "customer:7",
+        "--for",
+        "1h",
+        "--until",
+        later,
+    ]);
+    assert!(e.contains("cannot be used with"), "{e}");
+    assert_eq!(
+        ok(&["keys", "resume", "customer:7"]),
+        "resumed customer:7: 0 job(s) due now\n"
+    );
+    assert_eq!(
+        ok(&["keys", "resume", "customer:7"]),
+        "customer:7 was not paused: nothing changed\n"
+    );
+    assert!(refused(&["keys", "generate"]).contains("onus encryption generate"));
+}
+
+#[test]
+fn flags_are_checked_before_a_database_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            vec!["serve", "--listen", "not-an-address"],
+            "cannot listen on not-an-address",
+        ),
+        (
+            vec!["jobs", "insert", "http.request", "--run-at", "soon"],
+            "--run-at",
+        ),
+        (vec!["jobs", "list", "--limit", "0"], "--limit"),
+        (vec!["keys", "pause", "k", "--for", "a while"], "--for"),
+    ] {
+        let o = onus(dir.path(), &args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "{args:?} made a file before it refused its flags"
+        );
+    }
+    let help = stdout(&onus(dir.path(), &["--help"]));
+    assert!(help.contains("[env: ONUS_CONFIG]"), "{help}");
+    assert!(!help.contains("ONUS_CONFIG="), "{help}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_how_a_job_ended_and_where_the_panel_is() {
+    let sink =
+        onus_testkit::sink::HttpSink::start(|_, _| onus_testkit::sink::Reply::status(500)).await;
+    let target = sink.url("/fails");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        "[http]\nallow_networks = [\"127.0.0.1/32\"]\n\n[kinds.\"http.request\".policy]\nmax_attempts = 1\n",
+    )
+    .unwrap();
+    let d = dir.path().to_path_buf();
+    let log = tokio::task::spawn_blocking(move || {
+        serve_while(&d, &[], "sqlite", |addr| {
+            let token = stdout(&onus(&d, &["token", "show"])).trim().to_string();
+            let body = json!({"kind": "http.request", "args": {"method": "POST", "url": target}})
+                .to_string();
+            let r = http_call(addr, "POST", "/api/v1/jobs", &token, &body);
+            assert!(r.starts_with("HTTP/1.1 201"), "{r}");
+            wait_until(addr, "/api/v1/jobs/1", &token, |j| {
+                j["state"] == "discarded"
+            });
+        })
+    })
+    .await
+    .unwrap();
+    assert!(
+        log.contains("the tasks panel is at http://127.0.0.1:")
+            && log.contains("`onus token show` prints it"),
+        "{log}"
+    );
+    let ending = log
+        .lines()
+        .find(|l| l.contains("discarded ("))
+        .unwrap_or_else(|| panic!("no ending logged: {log}"));
+    assert!(
+        ending.contains("discarded (exhausted after 1 attempt(s)); alert raised"),
+        "{ending}"
+    );
+    assert!(!log.contains("retryable:"), "{log}");
+    // Request durations are rounded.
+    let ms = log
+        .lines()
+        .filter(|l| l.contains("answered"))
+        .filter_map(|l| l.split("ms=").nth(1))
+        .map(|v| v.split_whitespace().next().unwrap_or_default().to_string())
+        .collect::<Vec<_>>();
+    assert!(!ms.is_empty(), "{log}");
+    for v in &ms {
+        let decimals = v.split('.').nth(1).map_or(0, str::len);
+        assert!(decimals <= 1, "a duration not rounded: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_schedules_are_paused_resumed_and_run_from_the_cli() {
+    let sink =
+        onus_testkit::sink::HttpSink::start(|_, _| onus_testkit::sink::Reply::status(200)).await;
+    let target = sink.url("/nightly");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onus.toml"),
+        format!(
+            "[http]\nallow_networks = [\"127.0.0.1/32\"]\n\n[periodic.nightly]\nevery = \"1h\"\nkind = \"http.request\"\nargs = {{ method = \"POST\", url = \"{target}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let d = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        serve_while(&d, &[], "sqlite", |addr| {
+            let token = stdout(&onus(&d, &["token", "show"])).trim().to_string();
+            // Registered by the server's start.
+            wait_until(addr, "/api/v1/periodic", &token, |v| {
+                v["periodic"].as_array().is_some_and(|p| !p.is_empty())
+            });
+            let cli = |args: &[&str]| {
+                let o = onus(&d, args);
+                assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+                stdout(&o)
+            };
+            let out = cli(&["periodic", "pause", "nightly"]);
+            assert!(
+                out.starts_with("schedule nightly is paused")
+                    && out.contains("onus periodic resume nightly"),
+                "{out}"
+            );
+            let list = cli(&["periodic", "list"]);
+            assert!(
+                list.contains("nightly") && list.contains("paused"),
+                "{list}"
+            );
+            let out = cli(&["periodic", "run", "nightly"]);
+            assert!(
+                out.starts_with("enqueued job 1 for schedule nightly (http.request in queue"),
+                "{out}"
+            );
+            wait_until(addr, "/api/v1/jobs/1", &token, |j| {
+                j["state"] == "completed"
+            });
+            let out = cli(&["periodic", "resume", "nightly"]);
+            assert!(
+                out.starts_with("schedule nightly runs (every: 1h); next run 20")
+                    && out.contains(" UTC"),
+                "{out}"
+            );
+            let o = onus(&d, &["periodic", "run", "weekly"]);
+            assert!(!o.status.success(), "{}", stdout(&o));
+            assert!(stderr(&o).contains("weekly"), "{}", stderr(&o));
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(sink.count(), 1);
 }

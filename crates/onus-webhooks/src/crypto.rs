@@ -26,7 +26,7 @@ impl std::fmt::Debug for Key {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CryptoError {
     /// The key is not 32 bytes of base64.
-    #[error("the encryption key must be 32 bytes in base64 (44 characters; `onus keys generate` makes one): {0}")]
+    #[error("the encryption key must be 32 bytes in base64 (44 characters; `onus encryption generate` makes one): {0}")]
     BadKey(String),
     /// A value does not decrypt under the key: another key encrypted it, or it was altered.
     #[error("a stored secret does not decrypt with the configured encryption key (encrypted under another key, or altered); configure the key it was encrypted with")]

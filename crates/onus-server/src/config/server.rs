@@ -72,7 +72,7 @@ pub fn encryption_key(
     };
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError(format!(
-            "encryption_key_file = {:?}: cannot read it ({e}); `onus keys generate > {}` makes one",
+            "encryption_key_file = {:?}: cannot read it ({e}); `onus encryption generate > {}` makes one",
             path.display(),
             path.display()
         ))

@@ -74,19 +74,78 @@ pub(crate) fn ended(
     policy: &crate::Policy,
 ) -> Finish {
     let transition = match end {
-        Some(end) => {
-            if let AttemptEnd::Returned(Err(e)) = &end {
-                tracing::info!(job = job.id, kind = %job.kind, attempt = job.attempt, error = %e, "attempt failed");
-            }
-            decide(
-                job,
-                end,
-                policy,
-                shared.clock.now(),
-                &mut rand::thread_rng(),
-            )
-        }
+        Some(end) => decide(
+            job,
+            end,
+            policy,
+            shared.clock.now(),
+            &mut rand::thread_rng(),
+        ),
         None => Transition::Return,
     };
-    finish_of(shared, job, transition)
+    let f = finish_of(shared, job, transition);
+    log_ending(job, &f.transition);
+    f
+}
+
+/// Logs how an attempt ended, as the job layer decided it: the ending, not the handler's
+/// classification (a retryable error on the last attempt is logged as the discard it became).
+fn log_ending(job: &Job, t: &Transition) {
+    let at = |t: &crate::Timestamp| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string();
+    let (id, kind, attempt) = (job.id, job.kind.as_str(), job.attempt);
+    match t {
+        Transition::Complete | Transition::Return => {}
+        Transition::Retry { run_at, entry } => tracing::info!(
+            job = id, kind, attempt, error = %entry.message,
+            "attempt {attempt} of {} failed; retrying at {}", job.max_attempts, at(run_at)
+        ),
+        Transition::Snooze { run_at, entry, .. } => tracing::info!(
+            job = id,
+            kind,
+            attempt,
+            "snoozed until {} ({})",
+            at(run_at),
+            entry.message
+        ),
+        Transition::Hold { run_at } => tracing::info!(
+            job = id,
+            kind,
+            attempt,
+            "held by its lease key's pause until {}",
+            at(run_at)
+        ),
+        Transition::Defer { run_at, entry } => tracing::info!(
+            job = id,
+            kind,
+            attempt,
+            "retry deferred until {} ({})",
+            at(run_at),
+            entry.message
+        ),
+        Transition::Cancel { entry } => tracing::info!(
+            job = id,
+            kind,
+            attempt,
+            "cancelled while running ({})",
+            entry.message
+        ),
+        Transition::Discard {
+            reason,
+            entry,
+            alert,
+        } => {
+            let why = match reason {
+                crate::job::DiscardReason::Exhausted => {
+                    format!("exhausted after {attempt} attempt(s)")
+                }
+                crate::job::DiscardReason::Permanent => "permanent failure".to_string(),
+                crate::job::DiscardReason::Dropped => "dropped by its rate window".to_string(),
+            };
+            let alert = if *alert { "; alert raised" } else { "" };
+            tracing::warn!(
+                job = id, kind, attempt, error = %entry.message,
+                "discarded ({why}){alert}"
+            );
+        }
+    }
 }
