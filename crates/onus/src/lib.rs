@@ -36,7 +36,8 @@ pub use outcome::{JobError, JobResult, SnoozeUntil};
 pub use policy::{Backoff, Policy, PolicyOverride, Timeline};
 pub use runtime::{
     BuildError, Builder, CatchUp, Client, Component, Error, Handler, JobContext, Kind, Onus,
-    Options, Periodic, Running, Schedule,
+    Options, Periodic, ProcessInfo, ProcessRole, Processes, Running, Schedule, KEPT_FOR,
+    LIVE_WITHIN, MAX_WORKER_NAME,
 };
 pub use store::{
     open, open_with, redact_url, Fault, JobFilter, PausedKey, Refused, RetryOutcome, Store,

@@ -27,6 +27,8 @@ mod pauses;
 mod periodic;
 #[path = "conformance/postgres_only.rs"]
 mod postgres_only;
+#[path = "conformance/processes.rs"]
+mod processes;
 #[path = "conformance/progress.rs"]
 mod progress;
 #[path = "conformance/regressions.rs"]
@@ -96,6 +98,10 @@ onus_testkit::both!(
             ],
             progress: [
                 progress_and_a_result_are_kept_with_the_job,
+            ],
+            processes: [
+                a_running_process_is_listed_with_its_queues_and_jobs_until_it_stops,
+                a_named_pull_worker_is_listed_and_goes_stale,
             ],
             periodic: [
                 interval_enqueues_once_per_period_across_restarts,

@@ -16,6 +16,7 @@ mod maintenance;
 pub mod metrics;
 mod periodic;
 mod prepare;
+mod processes;
 mod producer;
 mod pull;
 mod queues;
@@ -36,6 +37,10 @@ pub(crate) use hub::Hub;
 pub use kind::{Handler, HandlerFuture, JobContext, Kind};
 pub(crate) use periodic::{name_of as periodic_name_of, unique_key as periodic_unique_key};
 pub use periodic::{CatchUp, CronIn, Periodic, Schedule, ScheduleError};
+pub use processes::{
+    ProcessInfo, ProcessRole, Processes, QueueSlots, RunningJob, JOBS_SHOWN, KEPT_FOR, LIVE_WITHIN,
+    MAX_WORKER_NAME, PRESENCE_EVERY,
+};
 pub use pull::{at_most, Answer, Beat, BeatAsk, Claimed, MAX_CLAIM, MAX_CLAIM_WAIT};
 pub use queues::{PausedQueue, QueueStats};
 
@@ -198,6 +203,8 @@ pub(crate) struct Shared {
     /// Each running queue's door for this process's own inserts.
     pub(crate) intakes: producer::Intakes,
     pub(crate) owner: String,
+    /// When each named pull worker's presence was last written.
+    pub(crate) pull_seen: processes::PullSeen,
     pub(crate) skew: skew::Skew,
     pub(crate) budgets: crate::budget::Budgets,
     /// Outcomes queued for the finisher and not yet written (or given up): while there are
@@ -423,7 +430,7 @@ impl Builder {
         }
         let owner = format!(
             "{}:{}:{:08x}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "onus".into()),
+            processes::host_name(),
             std::process::id(),
             rand::random::<u32>()
         );
@@ -440,6 +447,7 @@ impl Builder {
             hub: Hub::default(),
             intakes: Default::default(),
             owner,
+            pull_seen: Default::default(),
             skew: skew::Skew::default(),
             budgets: Default::default(),
             unwritten: std::sync::atomic::AtomicUsize::new(0),
@@ -611,6 +619,10 @@ impl Onus {
             stop.clone(),
         )));
         tasks.push(tokio::spawn(maintenance::notices(
+            shared.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(processes::presence(
             shared.clone(),
             stop.clone(),
         )));

@@ -241,7 +241,8 @@ pub static JOBS: Line = Line {
         "008_periodic_pause.sql",
         "009_rate_keys.sql",
         "010_live_jobs.sql",
-        "011_job_ends.sql"
+        "011_job_ends.sql",
+        "012_processes.sql"
     ),
     postgres: crate::migrations!(
         "../../migrations/jobs/postgres",
@@ -255,7 +256,8 @@ pub static JOBS: Line = Line {
         "008_periodic_pause.sql",
         "009_rate_keys.sql",
         "010_live_jobs.sql",
-        "011_job_ends.sql"
+        "011_job_ends.sql",
+        "012_processes.sql"
     ),
 };
 
