@@ -85,6 +85,13 @@ pub enum Command {
     /// Print or rotate the API token kept in the database.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Every `onus serve` process and named pull worker seen in the last hour: its queues and
+    /// slots, running jobs and last heartbeat.
+    Processes {
+        /// Print JSON (the answer of `GET /api/v1/processes`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Make encryption keys and re-encrypt webhook secrets under a new one.
     #[command(subcommand)]
     Encryption(EncryptionCommand),
@@ -455,6 +462,16 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             rotate_encryption(&file, &url, new_key_file).await
         }
         Command::Jobs(cmd) => jobs(&app(&file, &url).await?, cmd).await,
+        Command::Processes { json } => {
+            let app = app(&file, &url).await?;
+            let p = crate::api::processes::list(State(app)).await?.0;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                print!("{}", process_table(&p));
+            }
+            Ok(())
+        }
     }
 }
 
@@ -995,6 +1012,60 @@ fn queue_table(queues: &[onus::runtime::QueueStats]) -> String {
             } else {
                 counts.join(", ")
             }
+        );
+    }
+    s
+}
+
+fn process_table(p: &onus::Processes) -> String {
+    let mut s = String::new();
+    if p.processes.is_empty() {
+        s.push_str("(no processes seen in the last hour)\n");
+    } else {
+        let _ = writeln!(
+            s,
+            "{:<32}  {:<7}  {:<5}  {:>7}  {:<23}  {:<23}  {}",
+            "PROCESS", "ROLE", "LIVE", "RUNNING", "LAST SEEN", "STARTED", "QUEUES (SLOTS) / KINDS"
+        );
+        for q in &p.processes {
+            let what = if q.queues.is_empty() {
+                q.kinds.join(", ")
+            } else {
+                q.queues
+                    .iter()
+                    .map(|q| format!("{} ({})", q.name, q.slots))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let role = match q.role {
+                onus::ProcessRole::Runtime => "runtime",
+                onus::ProcessRole::Pull => "pull",
+            };
+            let _ = writeln!(
+                s,
+                "{:<32}  {:<7}  {:<5}  {:>7}  {:<23}  {:<23}  {}",
+                q.id,
+                role,
+                if q.live { "yes" } else { "no" },
+                q.running,
+                time_or_dash(Some(q.seen_at)),
+                time_or_dash(Some(q.started_at)),
+                if what.is_empty() { "-".into() } else { what }
+            );
+        }
+    }
+    if p.pulled_running > 0 {
+        let _ = writeln!(
+            s,
+            "{} running job(s) leased to pull workers",
+            p.pulled_running
+        );
+    }
+    if p.orphaned_running > 0 {
+        let _ = writeln!(
+            s,
+            "{} running job(s) of processes not seen in the last hour (rescued when their leases lapse)",
+            p.orphaned_running
         );
     }
     s

@@ -1174,3 +1174,30 @@ async fn periodic_schedules_are_paused_resumed_and_run_from_the_cli() {
     .unwrap();
     assert_eq!(sink.count(), 1);
 }
+
+#[test]
+fn processes_shows_the_running_server_and_forgets_it_once_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    serve_while(dir.path(), &[], "sqlite", |_| {
+        let o = onus(&d, &["processes"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        let mut lines = out.lines();
+        assert!(lines.next().unwrap().starts_with("PROCESS"), "{out}");
+        let row = lines.next().unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            row.contains("runtime  yes") && row.contains("default ("),
+            "{out}"
+        );
+        assert!(row.contains(" UTC"), "{out}");
+        let json: serde_json::Value =
+            serde_json::from_str(&stdout(&onus(&d, &["processes", "--json"]))).unwrap();
+        assert_eq!(json["processes"][0]["role"], "runtime", "{json}");
+        assert_eq!(json["processes"][0]["live"], true, "{json}");
+    });
+    assert_eq!(
+        stdout(&onus(dir.path(), &["processes"])),
+        "(no processes seen in the last hour)\n"
+    );
+}

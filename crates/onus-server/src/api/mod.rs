@@ -10,6 +10,7 @@ pub mod error;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;
+pub mod processes;
 pub mod queues;
 pub mod webhooks;
 pub mod workers;
@@ -270,7 +271,7 @@ fn common_errors(doc: &mut utoipa::openapi::OpenApi) {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Onus", description = "The Onus HTTP API: jobs, queues, kinds, paused keys, webhooks, alerts and pull workers. Every call takes `Authorization: Bearer <token>`."),
+    info(title = "Onus", description = "The Onus HTTP API: jobs, queues, kinds, paused keys, processes, webhooks, alerts and pull workers. Every call takes `Authorization: Bearer <token>`."),
     modifiers(&Security),
     security(("token" = [])),
 )]
@@ -297,6 +298,7 @@ pub fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
         .routes(utoipa_axum::routes!(queues::resume_periodic))
         .routes(utoipa_axum::routes!(queues::run_periodic))
         .routes(utoipa_axum::routes!(keys::list))
+        .routes(utoipa_axum::routes!(processes::list))
         .routes(utoipa_axum::routes!(keys::pause))
         .routes(utoipa_axum::routes!(keys::resume))
         .routes(utoipa_axum::routes!(webhooks::create, webhooks::list))

@@ -25,6 +25,11 @@ pub struct ClaimBody {
     /// Seconds to wait for a job when none is due (a long poll; at most 30; default 0).
     #[serde(default)]
     pub wait: Option<f64>,
+    /// The worker's name (its host and process, like `billing-7f3c:4121`): a named worker is
+    /// listed by `GET /processes` and the panel's processes page, with the kinds it claims and
+    /// when it last claimed.
+    #[serde(default)]
+    pub worker: Option<String>,
 }
 
 /// A claimed job.
@@ -92,6 +97,9 @@ pub async fn claim(
             )))
         }
     };
+    if let Some(name) = &body.worker {
+        app.client.pull_worker_seen(name, &body.kinds).await?;
+    }
     let claimed = app
         .client
         .claim_for_worker(&queue, &body.kinds, body.limit.unwrap_or(1), wait)

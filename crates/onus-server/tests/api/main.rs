@@ -62,6 +62,7 @@ onus_testkit::both!(
         the_readme_python_worker_drains_a_thousand_jobs_once_each,
         many_answers_in_one_call_are_each_applied_or_refused_alone,
         many_heartbeats_in_one_call_are_each_renewed_or_refused_alone,
+        processes_list_this_server_and_the_named_pull_workers,
     ],
     push: [
         a_push_kind_posts_each_job_signed_and_the_answer_is_classified,

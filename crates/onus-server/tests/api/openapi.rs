@@ -22,6 +22,7 @@ const PROMISED: &[&str] = &[
     "POST /queues/{name}/pause",
     "POST /queues/{name}/resume",
     "GET /periodic",
+    "GET /processes",
     "POST /periodic/{name}/pause",
     "POST /periodic/{name}/resume",
     "POST /periodic/{name}/run",

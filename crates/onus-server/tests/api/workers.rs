@@ -557,3 +557,76 @@ pub async fn many_heartbeats_in_one_call_are_each_renewed_or_refused_alone(w: Wo
     let (_, j) = w.get(&format!("/api/v1/jobs/{}", id(0))).await;
     assert_eq!(j["progress"]["message"], json!("half"), "{j}");
 }
+
+pub async fn processes_list_this_server_and_the_named_pull_workers(w: World) {
+    let (s, p) = w.get("/api/v1/processes").await;
+    assert_eq!(s, 200, "{p}");
+    let runtimes: Vec<&Value> = p["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["role"] == "runtime")
+        .collect();
+    assert_eq!(runtimes.len(), 1, "this server: {p}");
+    let me = runtimes[0];
+    assert_eq!(me["live"], true, "{me}");
+    assert!(
+        me["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["name"] == "default" && q["slots"].as_u64() > Some(0)),
+        "{me}"
+    );
+    assert!(
+        me["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "http.request"),
+        "{me}"
+    );
+
+    // A named pull worker is listed by its claim; its leases are counted apart.
+    let (_, job) = w
+        .post("/api/v1/jobs", json!({"kind": "report.build", "args": {}}))
+        .await;
+    let (s, c) = w
+        .post(
+            "/api/v1/queues/reports/claim",
+            json!({"kinds": ["report.build"], "worker": "reports-1:4121"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(c["jobs"][0]["id"], job["id"]);
+    let (_, p) = w.get("/api/v1/processes").await;
+    let worker = p["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["role"] == "pull")
+        .unwrap_or_else(|| panic!("{p}"));
+    assert_eq!(
+        (&worker["id"], &worker["kinds"], &worker["live"]),
+        (
+            &json!("reports-1:4121"),
+            &json!(["report.build"]),
+            &json!(true)
+        )
+    );
+    assert_eq!(p["pulled_running"], 1, "{p}");
+    let (s, e) = w
+        .post(
+            "/api/v1/queues/reports/claim",
+            json!({"kinds": ["report.build"], "worker": ""}),
+        )
+        .await;
+    assert_eq!(s, 422, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("worker: give a name"),
+        "{e}"
+    );
+}
