@@ -5,6 +5,21 @@ document.addEventListener("submit", function (e) {
   var ask = (button && button.getAttribute("data-confirm")) || e.target.getAttribute("data-confirm");
   if (ask && !window.confirm(ask)) e.preventDefault();
 });
+// Names each table cell after its column (data-label), which narrow screens show beside the
+// value when they stack a row's cells; a header that is only for screen readers names nothing.
+function labelCells(root) {
+  root.querySelectorAll("table").forEach(function (table) {
+    var names = Array.from(table.querySelectorAll("thead th")).map(function (th) {
+      return th.querySelector(".sr") ? "" : th.textContent.trim();
+    });
+    table.querySelectorAll("tbody tr").forEach(function (tr) {
+      Array.from(tr.children).forEach(function (td, i) {
+        if (!td.hasAttribute("data-label") && names[i] !== undefined) td.setAttribute("data-label", names[i]);
+      });
+    });
+  });
+}
+labelCells(document);
 (function () {
   var box = document.getElementById("auto-refresh");
   if (!box) return;
@@ -38,6 +53,7 @@ document.addEventListener("submit", function (e) {
           var now = document.querySelector(sel), then = next.querySelector(sel);
           if (now && then) now.replaceChildren.apply(now, Array.from(then.childNodes));
         });
+        labelCells(document);
         document.documentElement.setAttribute("data-refreshed", String(Date.now()));
       })
       .catch(function () {})

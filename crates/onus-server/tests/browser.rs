@@ -85,12 +85,39 @@ fn shots() -> PathBuf {
     dir
 }
 
-/// Saves the page at desktop and phone width.
+/// What does not fit the viewport: the page wider than the window, or a visible button, link
+/// in the navigation or form field (an action) outside it, left or right. Empty when all fit.
+const MISFITS: &str = r#"
+const w = document.documentElement.clientWidth;
+const out = [];
+if (document.documentElement.scrollWidth > w) {
+  out.push(`the page is ${document.documentElement.scrollWidth}px wide in a ${w}px window`);
+}
+for (const e of document.querySelectorAll('button, nav a, input:not([type=hidden]), select, summary')) {
+  const r = e.getBoundingClientRect();
+  if (r.width === 0 && r.height === 0) continue; // not shown (a closed <details>, hidden)
+  if (r.left < 0 || r.right > w + 0.5) {
+    out.push(`${e.tagName.toLowerCase()} "${(e.innerText || e.value || e.name || '').trim().slice(0, 40)}" spans ${Math.round(r.left)}..${Math.round(r.right)}px`);
+  }
+}
+return out;
+"#;
+
+/// Saves the page at desktop and phone width; at phone width the page must fit the screen and
+/// every action stay on it.
 async fn shoot(c: &Client, name: &str) {
     for (label, w, h) in [("desktop", 1280, 900), ("phone", 390, 844)] {
         c.set_window_size(w, h).await.unwrap();
         let png = c.screenshot().await.unwrap();
         std::fs::write(shots().join(format!("{name}-{label}.png")), png).unwrap();
+        if label == "phone" {
+            let misfits = c.execute(MISFITS, vec![]).await.unwrap();
+            assert_eq!(
+                misfits,
+                json!([]),
+                "{name} does not fit a {w}px phone (see {name}-phone.png)"
+            );
+        }
     }
     c.set_window_size(1280, 900).await.unwrap();
 }
@@ -399,11 +426,23 @@ async fn scenario(backend: Backend, d: &Driver) {
     c.goto(&format!("{}/", w.base)).await.unwrap();
     wait_text(&c, "h1", "Overview").await;
     shoot(&c, &format!("{tag}-overview-end")).await;
-    for page in ["kinds", "events", "alerts", "endpoints"] {
+    for page in [
+        "kinds",
+        "events",
+        "alerts",
+        "endpoints",
+        "processes",
+        "jobs",
+    ] {
         c.goto(&format!("{}/{page}", w.base)).await.unwrap();
         c.find(Locator::Css("h1")).await.unwrap();
         shoot(&c, &format!("{tag}-{page}")).await;
     }
+    // What runs where: this server, live, with its queues and slots.
+    c.goto(&format!("{}/processes", w.base)).await.unwrap();
+    wait_text(&c, "main table", "live").await;
+    wait_text(&c, "main table", "runtime").await;
+    wait_text(&c, "main table", "default (").await;
     // Log out: pages are refused again.
     c.goto(&format!("{}/", w.base)).await.unwrap();
     click(&c, Locator::Css("form.logout button")).await;

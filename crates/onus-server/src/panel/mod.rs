@@ -363,6 +363,7 @@ pub fn router(panel: Panel) -> Router {
         .route("/periodic", get(pages::periodic))
         .route("/periodic/action", post(pages::periodic_action))
         .route("/kinds", get(pages::kinds))
+        .route("/processes", get(pages::processes))
         .route(
             "/endpoints",
             get(webhooks::endpoints).post(webhooks::create),

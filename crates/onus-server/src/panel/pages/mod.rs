@@ -16,6 +16,7 @@ mod kinds;
 mod login;
 mod overview;
 mod periodic;
+mod processes;
 mod queues;
 
 pub use alerts::{alerts, alerts_ack, AckForm};
@@ -26,6 +27,7 @@ pub use kinds::kinds;
 pub use login::login;
 pub use overview::overview;
 pub use periodic::{periodic, periodic_action};
+pub use processes::processes;
 pub use queues::queue_action;
 
 /// An instant as the panel shows it: to the second, in UTC.
@@ -87,6 +89,7 @@ pub(crate) fn layout(
                             a href=(panel.href("/events")) { "Events" }
                             a href=(panel.href("/periodic")) { "Periodic" }
                             a href=(panel.href("/kinds")) { "Kinds" }
+                            a href=(panel.href("/processes")) { "Processes" }
                         }
                         form method="post" action=(panel.href("/logout")) class="logout" {
                             input type="hidden" name="csrf" value=(s.csrf);
