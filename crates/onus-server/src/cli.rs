@@ -1024,8 +1024,8 @@ fn process_table(p: &onus::Processes) -> String {
     } else {
         let _ = writeln!(
             s,
-            "{:<32}  {:<7}  {:<5}  {:>7}  {:<23}  {:<23}  {}",
-            "PROCESS", "ROLE", "LIVE", "RUNNING", "LAST SEEN", "STARTED", "QUEUES (SLOTS) / KINDS"
+            "{:<32}  {:<7}  {:<5}  {:>7}  {:<23}  {:<23}  QUEUES (SLOTS) / KINDS",
+            "PROCESS", "ROLE", "LIVE", "RUNNING", "LAST SEEN", "STARTED"
         );
         for q in &p.processes {
             let what = if q.queues.is_empty() {

@@ -395,6 +395,7 @@ async fn scenario(backend: Backend, d: &Driver) {
     type_into(&c, Locator::Css("input[name=key]"), "customer:browser").await;
     type_into(&c, Locator::Css("input[name=reason]"), "their maintenance").await;
     click(&c, Locator::XPath("//button[. = 'Pause key']")).await;
+    wait_text(&c, "p.notice", "Paused customer:browser until").await;
     wait_text(
         &c,
         "section[aria-labelledby=keys] table",

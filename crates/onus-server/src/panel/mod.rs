@@ -81,6 +81,30 @@ impl Panel {
         r
     }
 
+    /// Redirects to `path`, whose page then shows `notice` once (what the action did): kept in
+    /// a short-lived cookie of its own, read with the session and cleared by the page shown.
+    pub(crate) fn notify(&self, path: &str, notice: &str) -> Response {
+        let mut r = self.redirect(path);
+        let value: String = url::form_urlencoded::byte_serialize(notice.as_bytes()).collect();
+        let cookie = format!(
+            "{NOTICE}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age=60",
+            self.cookie_path()
+        );
+        if let Ok(v) = HeaderValue::from_str(&cookie) {
+            r.headers_mut().append(SET_COOKIE, v);
+        }
+        r
+    }
+
+    /// The path the panel's cookies are scoped to.
+    fn cookie_path(&self) -> &str {
+        if self.base.is_empty() {
+            "/"
+        } else {
+            self.base.as_str()
+        }
+    }
+
     /// What sessions are bound to: the panel password, or the current API token.
     async fn credential(&self) -> Result<String, onus::StoreError> {
         match &self.password {
@@ -148,15 +172,51 @@ impl IntoResponse for ToLogin {
     }
 }
 
+/// The cookie that carries an action's notice to the page it redirects to.
+const NOTICE: &str = "onus_notice";
+
 fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    cookie_named(headers, session::COOKIE)
+}
+
+fn cookie_named(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == session::COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_string())
+}
+
+/// The notice a request carries, decoded; at most 500 characters are shown.
+fn notice_of(headers: &HeaderMap) -> Option<String> {
+    let raw = cookie_named(headers, NOTICE)?;
+    let text: String = url::form_urlencoded::parse(format!("n={raw}").as_bytes())
+        .next()
+        .map(|(_, v)| v.chars().take(500).collect())?;
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// Clears the notice cookie once a page (not another redirect) answered the request carrying it.
+async fn clear_notice(
+    State(panel): State<Panel>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let had = cookie_named(req.headers(), NOTICE).is_some();
+    let mut r = next.run(req).await;
+    if had && !r.status().is_redirection() {
+        let gone = format!(
+            "{NOTICE}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
+            panel.cookie_path()
+        );
+        if let Ok(v) = HeaderValue::from_str(&gone) {
+            r.headers_mut().append(SET_COOKIE, v);
+        }
+    }
+    r
 }
 
 impl FromRequestParts<Panel> for Authed {
@@ -178,7 +238,10 @@ impl FromRequestParts<Panel> for Authed {
             None => None,
         };
         match found {
-            Some(s) => Ok(Authed(s)),
+            Some(mut s) => {
+                s.notice = notice_of(&parts.headers);
+                Ok(Authed(s))
+            }
             None => Err(ToLogin(panel.redirect("/login"))),
         }
     }
@@ -283,11 +346,7 @@ async fn login(
         Ok(v) => v,
         Err(e) => return crate::api::ApiError::from(e).into_response(),
     };
-    let path = if panel.base.is_empty() {
-        "/"
-    } else {
-        panel.base.as_str()
-    };
+    let path = panel.cookie_path();
     let cookie = format!(
         "{}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={}{}",
         session::COOKIE,
@@ -310,11 +369,7 @@ async fn login(
 struct NoFields {}
 
 async fn logout(State(panel): State<Panel>, _: Posted<NoFields>) -> Response {
-    let path = if panel.base.is_empty() {
-        "/"
-    } else {
-        panel.base.as_str()
-    };
+    let path = panel.cookie_path();
     let mut r = panel.redirect("/login");
     let gone = format!(
         "{}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0",
@@ -343,6 +398,17 @@ async fn js() -> impl IntoResponse {
             (CACHE_CONTROL, "max-age=3600"),
         ],
         include_str!("../../assets/panel.js"),
+    )
+}
+
+/// The panel's icon (also answered at `/favicon.ico`, which browsers ask for by themselves).
+async fn favicon() -> impl IntoResponse {
+    (
+        [
+            (CONTENT_TYPE, "image/svg+xml"),
+            (CACHE_CONTROL, "max-age=86400"),
+        ],
+        include_str!("../../assets/favicon.svg"),
     )
 }
 
@@ -375,9 +441,15 @@ pub fn router(panel: Panel) -> Router {
         .route("/events/{id}", get(webhooks::event))
         .route("/assets/panel.css", get(css))
         .route("/assets/panel.js", get(js))
+        .route("/assets/favicon.svg", get(favicon))
+        .route("/favicon.ico", get(favicon))
         .layer(axum::middleware::from_fn_with_state(
             panel.clone(),
             refuse_nul,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            panel.clone(),
+            clear_notice,
         ))
         .layer(axum::middleware::from_fn(headers))
         .with_state(panel.clone());

@@ -53,6 +53,8 @@ pub struct Session {
     pub id: String,
     /// The token every form of this session carries.
     pub csrf: String,
+    /// What the last action did, shown once on the page it led to (see `Panel::notify`).
+    pub notice: Option<String>,
 }
 
 impl Sessions {
@@ -152,6 +154,7 @@ impl Sessions {
         Ok(Some(Session {
             id: id.to_string(),
             csrf,
+            notice: None,
         }))
     }
 

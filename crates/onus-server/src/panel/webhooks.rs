@@ -7,9 +7,10 @@ use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::pages::{err_page, layout};
-use super::{Authed, Panel, Posted};
+use super::pages::{err_page, layout, Refill};
+use super::{Authed, Panel, Posted, Session};
 use crate::api::ApiError;
+use axum::http::StatusCode;
 
 /// A time as shown in a table, or `-` when there is none.
 fn time_or_dash(t: Option<onus::Timestamp>) -> String {
@@ -43,10 +44,28 @@ pub async fn endpoints(
     Query(p): Query<TenantParams>,
 ) -> Response {
     let tenant = p.tenant.filter(|t| !t.is_empty());
+    endpoints_page(&panel, &s, tenant, None).await
+}
+
+/// The id of the add-an-endpoint form.
+const ADD_FORM: &str = "add-endpoint";
+/// The id of an endpoint's edit form.
+const EDIT_FORM: &str = "edit-endpoint";
+
+/// The endpoints, with the add form filled again and its error shown when `refill` holds a
+/// refused one (answered 422).
+async fn endpoints_page(
+    panel: &Panel,
+    s: &Session,
+    tenant: Option<String>,
+    refill: Option<&Refill>,
+) -> Response {
     let list = match panel.app.webhooks.endpoints_of(tenant.as_deref()).await {
         Ok(l) => l,
-        Err(e) => return err_page(&panel, &s, e.into()),
+        Err(e) => return err_page(panel, s, e.into()),
     };
+    let v = |name: &str, default: &str| Refill::value(refill, ADD_FORM, name, default);
+    let bad = |name: &str| Refill::invalid(refill, ADD_FORM, name).then_some("true");
     let open = panel.badge().await;
     let body = html! {
         form method="get" action=(panel.href("/endpoints")) class="filters" {
@@ -68,20 +87,30 @@ pub async fn endpoints(
         }
         @if list.is_empty() { p { "No endpoint." } }
         h2 { "Add an endpoint" }
-        form method="post" action=(panel.href("/endpoints")) class="filters" id="add-endpoint" {
+        (Refill::above(refill, ADD_FORM))
+        form method="post" action=(panel.href("/endpoints")) class="filters" id=(ADD_FORM) {
             input type="hidden" name="csrf" value=(s.csrf);
-            label { "URL " input name="url" required placeholder="https://example.com/webhooks"; }
-            label { "Tenant " input name="tenant" value=(tenant.unwrap_or_default()); }
-            label { "Event types " input name="event_types" placeholder="invoice.paid,invoice.void"; }
-            label { "Description " input name="description"; }
+            label { "URL " input name="url" required placeholder="https://example.com/webhooks" value=(v("url", "")) aria-invalid=[bad("url")];
+                (Refill::under(refill, ADD_FORM, "url")) }
+            label { "Tenant " input name="tenant" value=(v("tenant", tenant.as_deref().unwrap_or_default())) aria-invalid=[bad("tenant")];
+                (Refill::under(refill, ADD_FORM, "tenant")) }
+            label { "Event types " input name="event_types" placeholder="invoice.paid,invoice.void" value=(v("event_types", "")) aria-invalid=[bad("event_types")];
+                (Refill::under(refill, ADD_FORM, "event_types")) }
+            label { "Description " input name="description" value=(v("description", "")) aria-invalid=[bad("description")];
+                (Refill::under(refill, ADD_FORM, "description")) }
             label { "Body " select name="payload" {
-                option value="envelope" selected { "envelope {type, timestamp, data}" }
-                option value="raw" { "raw payload" }
+                option value="envelope" selected[v("payload", "envelope") != "raw"] { "envelope {type, timestamp, data}" }
+                option value="raw" selected[v("payload", "envelope") == "raw"] { "raw payload" }
             } }
             button type="submit" { "Add" }
         }
     };
-    layout(&panel, Some(&s), "Webhook endpoints", open, body).into_response()
+    let page = layout(panel, Some(s), "Webhook endpoints", open, body);
+    if refill.is_some() {
+        (StatusCode::UNPROCESSABLE_ENTITY, page).into_response()
+    } else {
+        page.into_response()
+    }
 }
 
 /// The add-an-endpoint form.
@@ -108,14 +137,34 @@ fn list(v: &Option<String>) -> Vec<String> {
 pub async fn create(State(panel): State<Panel>, Posted(s, f): Posted<NewEndpointForm>) -> Response {
     let new = onus_webhooks::NewEndpoint {
         url: f.url.trim().to_string(),
-        tenant: f.tenant.filter(|t| !t.trim().is_empty()),
+        tenant: f.tenant.clone().filter(|t| !t.trim().is_empty()),
         event_types: list(&f.event_types),
-        description: f.description.unwrap_or_default(),
+        description: f.description.clone().unwrap_or_default(),
         payload: f.payload.unwrap_or_default(),
         ..Default::default()
     };
     match panel.app.webhooks.create_endpoint(new).await {
         Ok((e, secret)) => secret_page(&panel, &s, &e.id, &secret).await,
+        Err(e) if matches!(e, onus_webhooks::Error::Invalid(_)) => {
+            let values = vec![
+                ("url", f.url.clone()),
+                ("tenant", f.tenant.clone().unwrap_or_default()),
+                ("event_types", f.event_types.clone().unwrap_or_default()),
+                ("description", f.description.clone().unwrap_or_default()),
+                (
+                    "payload",
+                    f.payload.unwrap_or_default().as_str().to_string(),
+                ),
+            ];
+            let refill = Refill::new(ADD_FORM, values, &e.into());
+            endpoints_page(
+                &panel,
+                &s,
+                f.tenant.clone().filter(|t| !t.trim().is_empty()),
+                Some(&refill),
+            )
+            .await
+        }
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }
@@ -130,19 +179,20 @@ async fn secret_page(panel: &Panel, s: &super::Session, id: &str, secret: &str) 
     layout(panel, Some(s), "Signing secret", open, body).into_response()
 }
 
-/// What the endpoint page reports after an action.
-#[derive(Debug, Deserialize)]
-pub struct Done {
-    redelivered: Option<u64>,
-}
-
 /// An endpoint: health, recent attempts, its actions.
 pub async fn endpoint(
     State(panel): State<Panel>,
     Authed(s): Authed,
     Path(id): Path<String>,
-    Query(done): Query<Done>,
 ) -> Response {
+    endpoint_page(&panel, &s, &id, None).await
+}
+
+/// An endpoint, with the edit form filled again and its error shown when `refill` holds a
+/// refused one (answered 422).
+async fn endpoint_page(panel: &Panel, s: &Session, id: &str, refill: Option<&Refill>) -> Response {
+    let (panel, s) = (panel.clone(), s.clone());
+    let id = id.to_string();
     let found = async {
         let e = panel.app.webhooks.endpoint(&id).await?;
         let attempts = panel.app.webhooks.endpoint_attempts(&id, 50, None).await?;
@@ -155,6 +205,8 @@ pub async fn endpoint(
     };
     let discarded = panel.app.webhooks.redeliver_count(&e.id).await.unwrap_or(0);
     let open = panel.badge().await;
+    let ev = |name: &str, default: &str| Refill::value(refill, EDIT_FORM, name, default);
+    let ebad = |name: &str| Refill::invalid(refill, EDIT_FORM, name).then_some("true");
     let action = |name: &str, label: String| {
         html! {
             form method="post" action=(panel.href(&format!("/endpoints/{}/action", e.id))) {
@@ -169,11 +221,6 @@ pub async fn endpoint(
         }
     };
     let body = html! {
-        @if let Some(n) = done.redelivered {
-            p class="notice" role="status" {
-                @if n == 1 { "Redelivered 1 delivery." } @else { "Redelivered " (n) " deliveries." }
-            }
-        }
         dl class="facts" {
             dt { "URL" } dd { code { (e.url) } }
             dt { "Tenant" } dd { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
@@ -190,14 +237,18 @@ pub async fn endpoint(
             (action("delete", "Delete".into()))
         }
         h2 { "Edit" }
-        form method="post" action=(panel.href(&format!("/endpoints/{}/edit", e.id))) class="filters" {
+        (Refill::above(refill, EDIT_FORM))
+        form method="post" action=(panel.href(&format!("/endpoints/{}/edit", e.id))) class="filters" id=(EDIT_FORM) {
             input type="hidden" name="csrf" value=(s.csrf);
-            label { "URL " input name="url" value=(e.url) required; }
-            label { "Event types " input name="event_types" value=(e.event_types.join(",")); }
-            label { "Description " input name="description" value=(e.description); }
+            label { "URL " input name="url" value=(ev("url", &e.url)) required aria-invalid=[ebad("url")];
+                (Refill::under(refill, EDIT_FORM, "url")) }
+            label { "Event types " input name="event_types" value=(ev("event_types", &e.event_types.join(","))) aria-invalid=[ebad("event_types")];
+                (Refill::under(refill, EDIT_FORM, "event_types")) }
+            label { "Description " input name="description" value=(ev("description", &e.description)) aria-invalid=[ebad("description")];
+                (Refill::under(refill, EDIT_FORM, "description")) }
             label { "Body " select name="payload" {
                 @for p in [onus_webhooks::PayloadFormat::Envelope, onus_webhooks::PayloadFormat::Raw] {
-                    option value=(p.as_str()) selected[e.payload == p] { (p.as_str()) }
+                    option value=(p.as_str()) selected[ev("payload", e.payload.as_str()) == p.as_str()] { (p.as_str()) }
                 }
             } }
             button type="submit" { "Save" }
@@ -218,7 +269,12 @@ pub async fn endpoint(
             }
         }
     };
-    layout(&panel, Some(&s), &format!("Endpoint {}", e.id), open, body).into_response()
+    let page = layout(&panel, Some(&s), &format!("Endpoint {}", e.id), open, body);
+    if refill.is_some() {
+        (StatusCode::UNPROCESSABLE_ENTITY, page).into_response()
+    } else {
+        page.into_response()
+    }
 }
 
 /// An endpoint action.
@@ -236,15 +292,25 @@ pub async fn endpoint_action(
     let h = &panel.app.webhooks;
     let back = format!("/endpoints/{id}");
     let done = match f.action.as_str() {
-        "enable" => h.enable(&id).await.map(|_| ()),
-        "disable" => h.disable(&id, "disabled by request").await,
-        "test" => h.send_test(&id).await.map(|_| ()),
-        "redeliver" => {
-            return match h.redeliver(&id).await {
-                Ok(ids) => panel.redirect(&format!("{back}?redelivered={}", ids.len())),
-                Err(e) => err_page(&panel, &s, e.into()),
+        "enable" => h
+            .enable(&id)
+            .await
+            .map(|_| "Enabled: deliveries to it resume.".to_string()),
+        "disable" => h
+            .disable(&id, "disabled by request")
+            .await
+            .map(|()| "Disabled: nothing is delivered to it until it is enabled.".to_string()),
+        "test" => h
+            .send_test(&id)
+            .await
+            .map(|e| format!("Sent a test event ({}).", e.id)),
+        "redeliver" => h.redeliver(&id).await.map(|ids| {
+            if ids.len() == 1 {
+                "Redelivered 1 delivery.".to_string()
+            } else {
+                format!("Redelivered {} deliveries.", ids.len())
             }
-        }
+        }),
         "rotate" => {
             return match h.rotate_secret(&id, None).await {
                 Ok(secret) => secret_page(&panel, &s, &id, &secret).await,
@@ -253,14 +319,14 @@ pub async fn endpoint_action(
         }
         "delete" => {
             return match h.delete_endpoint(&id).await {
-                Ok(()) => panel.redirect("/endpoints"),
+                Ok(()) => panel.notify("/endpoints", &format!("Deleted endpoint {id}.")),
                 Err(e) => err_page(&panel, &s, e.into()),
             }
         }
         other => return err_page(&panel, &s, ApiError::invalid(format!("action: {other:?}"))),
     };
     match done {
-        Ok(()) => panel.redirect(&back),
+        Ok(notice) => panel.notify(&back, &notice),
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }
@@ -280,6 +346,15 @@ pub async fn endpoint_edit(
     Path(id): Path<String>,
     Posted(s, f): Posted<EditForm>,
 ) -> Response {
+    let values = vec![
+        ("url", f.url.clone()),
+        ("event_types", f.event_types.clone().unwrap_or_default()),
+        ("description", f.description.clone().unwrap_or_default()),
+        (
+            "payload",
+            f.payload.unwrap_or_default().as_str().to_string(),
+        ),
+    ];
     let up = onus_webhooks::EndpointUpdate {
         url: Some(f.url.trim().to_string()),
         event_types: Some(list(&f.event_types)),
@@ -288,7 +363,11 @@ pub async fn endpoint_edit(
         payload: f.payload,
     };
     match panel.app.webhooks.update_endpoint(&id, up).await {
-        Ok(_) => panel.redirect(&format!("/endpoints/{id}")),
+        Ok(_) => panel.notify(&format!("/endpoints/{id}"), "Saved."),
+        Err(e) if matches!(e, onus_webhooks::Error::Invalid(_)) => {
+            let refill = Refill::new(EDIT_FORM, values, &e.into());
+            endpoint_page(&panel, &s, &id, Some(&refill)).await
+        }
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }

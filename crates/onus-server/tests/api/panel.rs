@@ -667,3 +667,153 @@ pub async fn regression_a_nul_in_a_panel_query_is_a_422_page(w: World) {
         assert!(page.contains("NUL"), "{path}: {page}");
     }
 }
+
+/// The cookie a redirect sets for its notice, as the browser would send it back.
+fn notice_cookie(h: &reqwest::header::HeaderMap) -> String {
+    h.get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("onus_notice="))
+        .unwrap_or_else(|| panic!("no notice set: {h:?}"))
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+pub async fn an_action_says_what_it_did_once_and_a_refused_form_keeps_its_input(w: World) {
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    let session = b.cookie.clone().unwrap();
+    let (_, overview, _) = b.get("/").await;
+    let csrf = csrf_of(&overview);
+    assert!(
+        overview.contains("rel=\"icon\"") && overview.contains("/assets/favicon.svg"),
+        "{overview}"
+    );
+
+    // A queue paused: the overview it leads to says so, once.
+    let (s, _, h) = b
+        .post(
+            "/queues/action",
+            &[("csrf", &csrf), ("name", "reports"), ("action", "pause")],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 303);
+    let set = h
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|v| v.starts_with("onus_notice="))
+        .unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    b.cookie = Some(format!("{session}; {}", notice_cookie(&h)));
+    let (s, page, h) = b.get("/").await;
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("<p class=\"notice\" role=\"status\">Paused queue reports: no process claims from it until it is resumed; running jobs finish.</p>"),
+        "{page}"
+    );
+    let cleared = h
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|v| v.starts_with("onus_notice="))
+        .unwrap_or_else(|| panic!("the notice is not cleared: {h:?}"));
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    b.cookie = Some(session.clone());
+    let (_, page, _) = b.get("/").await;
+    assert!(!page.contains("class=\"notice\""), "shown once: {page}");
+
+    // A key paused: the notice names it and when its pause ends.
+    let (_, _, h) = b
+        .post(
+            "/keys/action",
+            &[
+                ("csrf", &csrf),
+                ("key", "customer:7"),
+                ("action", "pause"),
+                ("minutes", "30"),
+                ("reason", ""),
+            ],
+            &[],
+        )
+        .await;
+    b.cookie = Some(format!("{session}; {}", notice_cookie(&h)));
+    let (_, page, _) = b.get("/").await;
+    assert!(
+        page.contains("Paused customer:7 until 20") && page.contains("UTC: 0 waiting jobs held."),
+        "{page}"
+    );
+    b.cookie = Some(session.clone());
+
+    // A refused pause: the overview again (422), the form filled as sent, the error under the
+    // field it names; nothing paused.
+    let (s, page, _) = b
+        .post(
+            "/keys/action",
+            &[
+                ("csrf", &csrf),
+                ("key", "customer:8"),
+                ("action", "pause"),
+                ("minutes", "0"),
+                ("reason", "their maintenance"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 422, "{page}");
+    assert!(
+        page.contains("value=\"customer:8\"") && page.contains("value=\"their maintenance\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("aria-invalid=\"true\"")
+            && page.contains("<span class=\"field-error\" role=\"alert\" id=\"pause-key-minutes-error\">minutes: &quot;0&quot; is not a pause"),
+        "{page}"
+    );
+    let (_, keys) = w.get("/api/v1/keys").await;
+    assert!(!keys.to_string().contains("customer:8"), "{keys}");
+
+    // An endpoint refused: the form keeps what was typed, the error is under the URL.
+    let (s, page, _) = b
+        .post(
+            "/endpoints",
+            &[
+                ("csrf", &csrf),
+                ("url", "ftp://example.com/hook"),
+                ("tenant", "acme"),
+                ("event_types", "invoice.paid"),
+                ("description", "billing"),
+                ("payload", "raw"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(s, 422, "{page}");
+    assert!(
+        page.contains("value=\"ftp://example.com/hook\"")
+            && page.contains("value=\"invoice.paid\"")
+            && page.contains("value=\"billing\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("id=\"add-endpoint-url-error\">url:"),
+        "{page}"
+    );
+    assert!(page.contains("<option value=\"raw\" selected>"), "{page}");
+    let (_, eps) = w.get("/api/v1/endpoints").await;
+    assert_eq!(eps["endpoints"].as_array().map(Vec::len), Some(0), "{eps}");
+
+    // The icon, where browsers look for it.
+    let (s, svg, h) = b.get("/favicon.ico").await;
+    assert_eq!(
+        (s, h["content-type"].to_str().unwrap()),
+        (200, "image/svg+xml")
+    );
+    assert!(svg.starts_with("<svg"), "{svg}");
+}

@@ -63,19 +63,21 @@ pub struct AckForm {
 /// Acknowledges one alert, or every open one.
 pub async fn alerts_ack(State(panel): State<Panel>, Posted(s, f): Posted<AckForm>) -> Response {
     let done = async {
-        match f.id {
+        let notice = match f.id {
             Some(id) => {
                 panel.app.client.ack_alert(id).await?;
+                format!("Acknowledged alert {id}.")
             }
             None => {
-                panel.app.client.ack_all_alerts().await?;
+                let n = panel.app.client.ack_all_alerts().await?;
+                format!("Acknowledged {}.", super::plural(n, "alert"))
             }
-        }
-        Ok::<_, onus::Error>(())
+        };
+        Ok::<_, onus::Error>(notice)
     }
     .await;
     match done {
-        Ok(()) => panel.redirect("/alerts"),
+        Ok(notice) => panel.notify("/alerts", &notice),
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }

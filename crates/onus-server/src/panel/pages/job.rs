@@ -154,20 +154,26 @@ pub async fn job_action(
 ) -> Response {
     let done = async {
         let id = jobs::job_id(&id)?;
-        match f.action.as_str() {
+        let notice = match f.action.as_str() {
             "retry" => {
-                panel.app.client.retry(id).await?;
+                let j = panel.app.client.retry(id).await?;
+                format!("Retried job {id}: attempt {} is due now.", j.attempt + 1)
             }
             "cancel" => {
-                panel.app.client.cancel(id).await?;
+                let out = panel.app.client.cancel(id).await?;
+                if out.requested.contains(&id) {
+                    format!("Asked job {id} to stop: it ends cancelled when its handler returns.")
+                } else {
+                    format!("Cancelled job {id}.")
+                }
             }
             other => return Err(ApiError::invalid(format!("action: {other:?}"))),
-        }
-        Ok(id)
+        };
+        Ok((id, notice))
     }
     .await;
     match done {
-        Ok(id) => panel.redirect(&format!("/jobs/{id}")),
+        Ok((id, notice)) => panel.notify(&format!("/jobs/{id}"), &notice),
         Err(e) => err_page(&panel, &s, e),
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::err_page;
 use crate::api::ApiError;
-use crate::panel::{Panel, Posted};
+use crate::panel::{Panel, Posted, Session};
 
 /// A key to pause (for `minutes`) or resume.
 #[derive(Debug, Deserialize)]
@@ -34,7 +34,7 @@ pub async fn key_action(State(panel): State<Panel>, Posted(s, f): Posted<KeyForm
                 let e = ApiError::invalid(format!(
                     "minutes: {minutes:?} is not a pause; give 1 to 525600 minutes"
                 ));
-                return err_page(&panel, &s, e);
+                return refused(&panel, &s, &f, e).await;
             };
             let until = onus::clock::add(
                 client.now(),
@@ -43,9 +43,19 @@ pub async fn key_action(State(panel): State<Panel>, Posted(s, f): Posted<KeyForm
             client
                 .pause_key(f.key.trim(), until, f.reason.as_deref().unwrap_or(""))
                 .await
-                .map(|_| ())
+                .map(|p| {
+                    format!(
+                        "Paused {} until {}: {} held.",
+                        p.key,
+                        super::when(p.until),
+                        super::plural(p.held, "waiting job")
+                    )
+                })
         }
-        "resume" => client.resume_key(&f.key).await.map(|_| ()),
+        "resume" => client.resume_key(&f.key).await.map(|out| match out {
+            Some(n) => format!("Resumed {}: {} due now.", f.key, super::plural(n, "job")),
+            None => format!("{} was not paused.", f.key),
+        }),
         other => {
             return (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -55,7 +65,21 @@ pub async fn key_action(State(panel): State<Panel>, Posted(s, f): Posted<KeyForm
         }
     };
     match done {
-        Ok(()) => panel.redirect("/"),
+        Ok(notice) => panel.notify("/", &notice),
+        Err(e) if f.action == "pause" && e.fault() == onus::Fault::Caller => {
+            refused(&panel, &s, &f, e.into()).await
+        }
         Err(e) => err_page(&panel, &s, e.into()),
     }
+}
+
+/// The overview again, the pause form filled as sent and its error under the field it names.
+async fn refused(panel: &Panel, s: &Session, f: &KeyForm, e: ApiError) -> Response {
+    let values = vec![
+        ("key", f.key.clone()),
+        ("minutes", f.minutes.clone().unwrap_or_default()),
+        ("reason", f.reason.clone().unwrap_or_default()),
+    ];
+    let refill = super::Refill::new(super::overview::KEY_FORM, values, &e);
+    super::overview_page(panel, s, Some(&refill)).await
 }

@@ -26,6 +26,7 @@ pub use keys::{key_action, KeyForm};
 pub use kinds::kinds;
 pub use login::login;
 pub use overview::overview;
+pub(crate) use overview::overview_page;
 pub use periodic::{periodic, periodic_action};
 pub use processes::processes;
 pub use queues::queue_action;
@@ -68,6 +69,7 @@ pub(crate) fn layout(
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · Onus" }
+                link rel="icon" type="image/svg+xml" href=(panel.href("/assets/favicon.svg"));
                 link rel="stylesheet" href=(panel.href("/assets/panel.css"));
                 script src=(panel.href("/assets/panel.js")) defer {}
             }
@@ -99,7 +101,13 @@ pub(crate) fn layout(
                         label class="refresh" hidden { input type="checkbox" id="auto-refresh"; " Refresh every 5 s" }
                     }
                 }
-                main { h1 { (title) } (body) }
+                main {
+                    h1 { (title) }
+                    @if let Some(n) = s.and_then(|s| s.notice.as_deref()) {
+                        p class="notice" role="status" { (n) }
+                    }
+                    (body)
+                }
             }
         }
     }
@@ -119,6 +127,65 @@ pub(crate) fn err_page(panel: &Panel, s: &Session, e: ApiError) -> Response {
 pub(crate) fn refusal_page(panel: &Panel, e: ApiError) -> Response {
     let body = html! { p class="error" role="alert" { (e.message) } };
     (e.status, layout(panel, None, "Request refused", 0, body)).into_response()
+}
+
+/// A form sent back refused: what was typed, to fill it again, and why, shown under the field the
+/// error names (`url: ...`) or above the form when it names none of its fields.
+#[derive(Debug)]
+pub struct Refill {
+    /// The form's id.
+    form: &'static str,
+    values: Vec<(&'static str, String)>,
+    field: Option<&'static str>,
+    message: String,
+}
+
+impl Refill {
+    /// `form` (its id) with `values` as sent, refused with `e`.
+    pub(crate) fn new(
+        form: &'static str,
+        values: Vec<(&'static str, String)>,
+        e: &ApiError,
+    ) -> Self {
+        let named = e.message.split_once(':').map(|(f, _)| f.trim());
+        let field = values.iter().map(|(n, _)| *n).find(|n| Some(*n) == named);
+        Refill {
+            form,
+            values,
+            field,
+            message: e.message.clone(),
+        }
+    }
+
+    /// The value to show in `form`'s field `name`: what was sent, else `default`.
+    pub(crate) fn value(this: Option<&Refill>, form: &str, name: &str, default: &str) -> String {
+        this.filter(|r| r.form == form)
+            .and_then(|r| r.values.iter().find(|(n, _)| *n == name))
+            .map_or_else(|| default.to_string(), |(_, v)| v.clone())
+    }
+
+    /// The error under `form`'s field `name`, when it is that field's.
+    pub(crate) fn under(this: Option<&Refill>, form: &str, name: &str) -> Markup {
+        match this.filter(|r| r.form == form && r.field == Some(name)) {
+            Some(r) => {
+                html! { span class="field-error" role="alert" id=(format!("{form}-{name}-error")) { (r.message) } }
+            }
+            None => html! {},
+        }
+    }
+
+    /// The error above `form`, when it names none of its fields.
+    pub(crate) fn above(this: Option<&Refill>, form: &str) -> Markup {
+        match this.filter(|r| r.form == form && r.field.is_none()) {
+            Some(r) => html! { p class="error" role="alert" { (r.message) } },
+            None => html! {},
+        }
+    }
+
+    /// Whether `form`'s field `name` holds the error (for `aria-invalid`).
+    pub(crate) fn invalid(this: Option<&Refill>, form: &str, name: &str) -> bool {
+        this.is_some_and(|r| r.form == form && r.field == Some(name))
+    }
 }
 
 /// A queue's pause or resume: the name travels in the form, so any name works.

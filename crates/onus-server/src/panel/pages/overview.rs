@@ -4,14 +4,20 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
-use super::{err_page, layout, pairs};
+use super::{err_page, layout, pairs, Refill};
 use crate::api::{queues, ApiError};
-use crate::panel::{Authed, Panel};
+use crate::panel::{Authed, Panel, Session};
 
 /// Overview: counts per state, queue and kind, throughput and failures over the last hour and
 /// day, queues with pause and resume. Every figure comes from the maintained counters and the
 /// partial indexes of waiting jobs, so a refresh costs the same at a million jobs as at ten.
 pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response {
+    overview_page(&panel, &s, None).await
+}
+
+/// The overview, with the key-pause form filled again and its error shown when `refill` holds
+/// a refused one (answered 422).
+pub(crate) async fn overview_page(panel: &Panel, s: &Session, refill: Option<&Refill>) -> Response {
     let app = &panel.app;
     let now = app.client.now();
     let result = async {
@@ -29,7 +35,7 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
     .await;
     let (counts, qs, open, history, keys) = match result {
         Ok(v) => v,
-        Err(e) => return err_page(&panel, &s, e),
+        Err(e) => return err_page(panel, s, e),
     };
     let mut by_state: std::collections::BTreeMap<&str, u64> = Default::default();
     let mut by_kind: std::collections::BTreeMap<&str, u64> = Default::default();
@@ -127,12 +133,18 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
                     }
                 }
             }
-            form method="post" action=(panel.href("/keys/action")) class="inline" {
+            (Refill::above(refill, KEY_FORM))
+            form method="post" action=(panel.href("/keys/action")) class="inline" id=(KEY_FORM) {
                 input type="hidden" name="csrf" value=(s.csrf);
                 input type="hidden" name="action" value="pause";
-                label { "Key " input type="text" name="key" required placeholder="customer:42"; }
-                label { " for minutes " input type="number" name="minutes" min="1" value="15" required; }
-                label { " why " input type="text" name="reason" placeholder="their maintenance"; }
+                label { "Key " input type="text" name="key" required placeholder="customer:42"
+                    value=(Refill::value(refill, KEY_FORM, "key", "")) aria-invalid=[Refill::invalid(refill, KEY_FORM, "key").then_some("true")];
+                    (Refill::under(refill, KEY_FORM, "key")) }
+                label { " for minutes " input type="number" name="minutes" min="1" required
+                    value=(Refill::value(refill, KEY_FORM, "minutes", "15")) aria-invalid=[Refill::invalid(refill, KEY_FORM, "minutes").then_some("true")];
+                    (Refill::under(refill, KEY_FORM, "minutes")) }
+                label { " why " input type="text" name="reason" placeholder="their maintenance"
+                    value=(Refill::value(refill, KEY_FORM, "reason", "")); }
                 " "
                 button type="submit" { "Pause key" }
             }
@@ -149,5 +161,13 @@ pub async fn overview(State(panel): State<Panel>, Authed(s): Authed) -> Response
             }
         }
     };
-    layout(&panel, Some(&s), "Overview", open, body).into_response()
+    let page = layout(panel, Some(s), "Overview", open, body);
+    if refill.is_some() {
+        (axum::http::StatusCode::UNPROCESSABLE_ENTITY, page).into_response()
+    } else {
+        page.into_response()
+    }
 }
+
+/// The id of the overview's key-pause form.
+pub const KEY_FORM: &str = "pause-key";

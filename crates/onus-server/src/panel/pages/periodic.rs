@@ -62,10 +62,20 @@ pub async fn periodic_action(
     Posted(s, f): Posted<QueueForm>,
 ) -> Response {
     let client = &panel.app.client;
+    let name = &f.name;
     let done = match f.action.as_str() {
-        "pause" => client.pause_periodic(&f.name).await,
-        "resume" => client.resume_periodic(&f.name).await,
-        "run" => client.run_periodic(&f.name).await.map(|_| ()),
+        "pause" => client
+            .pause_periodic(name)
+            .await
+            .map(|()| format!("Paused {name}: it enqueues nothing until it is resumed.")),
+        "resume" => client
+            .resume_periodic(name)
+            .await
+            .map(|()| format!("Resumed {name}: it runs again from its next period.")),
+        "run" => client
+            .run_periodic(name)
+            .await
+            .map(|j| format!("Enqueued job {} for {name}.", j.id)),
         other => {
             return (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -75,7 +85,7 @@ pub async fn periodic_action(
         }
     };
     match done {
-        Ok(()) => panel.redirect("/periodic"),
+        Ok(notice) => panel.notify("/periodic", &notice),
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }

@@ -11,8 +11,16 @@ use crate::panel::{Panel, Posted};
 pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<QueueForm>) -> Response {
     let name = f.name;
     let done = match f.action.as_str() {
-        "pause" => panel.app.client.pause_queue(&name).await.map(|_| ()),
-        "resume" => panel.app.client.resume_queue(&name).await.map(|_| ()),
+        "pause" => panel.app.client.pause_queue(&name).await.map(|_| {
+            format!("Paused queue {name}: no process claims from it until it is resumed; running jobs finish.")
+        }),
+        "resume" => panel.app.client.resume_queue(&name).await.map(|was| {
+            if was {
+                format!("Resumed queue {name}.")
+            } else {
+                format!("Queue {name} was not paused.")
+            }
+        }),
         other => {
             return (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -22,7 +30,7 @@ pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<Queue
         }
     };
     match done {
-        Ok(()) => panel.redirect("/"),
+        Ok(notice) => panel.notify("/", &notice),
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }
