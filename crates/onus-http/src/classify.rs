@@ -47,6 +47,21 @@ impl Class {
         }
     }
 
+    /// This class with the response's first characters after a failure's reason (`HTTP 500:
+    /// {"error": "database down"}`), so a job's history says what the other side answered. A
+    /// snooze's reason stays as it is (it names the `Retry-After` it obeys).
+    pub fn with_excerpt(self, excerpt: &str) -> Class {
+        let quoted = onus::job::shorten(excerpt, REASON_EXCERPT);
+        if quoted.is_empty() {
+            return self;
+        }
+        match self {
+            Class::Retryable(r) => Class::Retryable(format!("{r}: {quoted}")),
+            Class::Permanent(r) => Class::Permanent(format!("{r}: {quoted}")),
+            other => other,
+        }
+    }
+
     /// Whether the call worked.
     pub fn is_success(&self) -> bool {
         matches!(self, Class::Success)
@@ -74,6 +89,9 @@ impl Class {
         self.into_result()
     }
 }
+
+/// The most characters of a response quoted in a failure's reason.
+pub const REASON_EXCERPT: usize = 200;
 
 /// The shortest snooze a `Retry-After` can ask for.
 pub const MIN_SNOOZE: Duration = Duration::from_secs(1);

@@ -74,6 +74,17 @@ pub struct Sent {
     unrecorded: Option<Arc<Unrecorded>>,
 }
 
+impl Sent {
+    /// The handler's answer for `job` (see [`Class::into_job_result`]), a failure's reason
+    /// followed by the response's first characters ([`Class::with_excerpt`]).
+    pub fn job_result(&self, job: &onus::Job) -> onus::JobResult {
+        self.class
+            .clone()
+            .with_excerpt(&self.excerpt)
+            .into_job_result(job)
+    }
+}
+
 /// An attempt whose request went out, counted when [`HttpClient::record`] sees it, or else when
 /// the last copy of its [`Sent`] is dropped: the job layer aborted the attempt (its lease was
 /// lost) between the request and the record, and the request still belongs to an attempt.

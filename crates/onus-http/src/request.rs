@@ -116,7 +116,7 @@ pub fn kind(client: Arc<HttpClient>) -> Kind {
 async fn run(client: &HttpClient, ctx: &JobContext, args: &HttpRequestArgs) -> JobResult {
     let sent = client.send(&args.request(), ctx.now(), SNOOZE_CAP).await;
     tracing::debug!(job = ctx.job().id, status = ?sent.status, class = ?sent.class, "http.request");
-    let result = sent.class.clone().into_job_result(ctx.job());
+    let result = sent.job_result(ctx.job());
     client.record(&sent, &result);
     result.map_err(|e| match e {
         JobError::Discard(m) => {

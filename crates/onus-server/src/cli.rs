@@ -1098,7 +1098,7 @@ fn table(jobs: &[Job]) -> String {
         let last = j
             .errors
             .last()
-            .map(|e| e.message.chars().take(60).collect::<String>())
+            .map(|e| onus::job::shorten(&e.message, 60))
             .unwrap_or_default();
         let _ = writeln!(
             s,
@@ -1190,11 +1190,9 @@ fn periodic_table(rows: &[onus::store::PeriodicRow]) -> String {
     );
     for r in rows {
         let failure = match (&r.last_failure_at, &r.last_error) {
-            (Some(at), Some(e)) => format!(
-                "{}: {}",
-                time_or_dash(Some(*at)),
-                e.chars().take(60).collect::<String>()
-            ),
+            (Some(at), Some(e)) => {
+                format!("{}: {}", time_or_dash(Some(*at)), onus::job::shorten(e, 60))
+            }
             _ => "-".into(),
         };
         let _ = writeln!(

@@ -139,7 +139,7 @@ impl Push {
             .send_with(&req, ctx.now(), SNOOZE_CAP, self.timeout)
             .await;
         tracing::debug!(job = job.id, kind = %job.kind, status = ?sent.status, class = ?sent.class, "push");
-        let result = sent.class.clone().into_job_result(job);
+        let result = sent.job_result(job);
         http.record(&sent, &result);
         result
     }

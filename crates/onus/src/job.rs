@@ -183,6 +183,22 @@ pub struct HistoryEntry {
 /// a longer one is cut, saying how much was cut.
 pub const MAX_MESSAGE: usize = 2048;
 
+/// `text` on one line (runs of whitespace as one space) and at most `max` characters: a longer
+/// one is cut at the last space before the limit (mid-word only when a word is longer than a
+/// third of the limit) and ends with `…`.
+pub fn shorten(text: &str, max: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    let kept = match cut.rfind(' ') {
+        Some(i) if cut[..i].chars().count() >= max * 2 / 3 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}…", kept.trim_end_matches([',', ';', ':', ' ']))
+}
+
 /// A message as stored: NUL characters (which PostgreSQL cannot store in text or JSON) removed,
 /// and at most [`MAX_MESSAGE`] bytes.
 pub fn clean_message(message: &str) -> String {
@@ -525,5 +541,32 @@ pub trait JobArgs: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The queue jobs of this kind go to when the insert names none.
     fn queue() -> &'static str {
         crate::DEFAULT_QUEUE
+    }
+}
+
+#[cfg(test)]
+mod shorten_tests {
+    use super::shorten;
+
+    #[test]
+    fn shorten_cuts_at_a_word_and_keeps_short_text_whole() {
+        assert_eq!(
+            shorten("  upstream\n refused   the sync ", 80),
+            "upstream refused the sync"
+        );
+        assert_eq!(
+            shorten("connection refused while sending the request body", 30),
+            "connection refused while…"
+        );
+        let long = shorten(&"x".repeat(100), 10);
+        assert_eq!((long.chars().count(), long.ends_with('…')), (10, true));
+        for n in 1..60 {
+            assert!(
+                shorten("an error, with words: and more words after them", n)
+                    .chars()
+                    .count()
+                    <= n.max(1)
+            );
+        }
     }
 }

@@ -264,7 +264,7 @@ async fn endpoint_page(panel: &Panel, s: &Session, id: &str, refill: Option<&Ref
                     td { (a.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into())) }
                     td { (format!("{:.1} ms", a.duration_ms)) }
                     td { (a.outcome.as_str()) }
-                    td { (a.error.clone().unwrap_or_else(|| a.response_excerpt.chars().take(80).collect())) }
+                    td { (a.error.clone().unwrap_or_else(|| onus::job::shorten(&a.response_excerpt, 80))) }
                 } } }
             }
         }
@@ -460,7 +460,7 @@ pub async fn event(
                         td { (time_or_dash(Some(a.attempted_at))) } td { (a.attempt) }
                         td { (a.status.map(|s| s.to_string()).unwrap_or_else(|| "-".into())) }
                         td { (format!("{:.1} ms", a.duration_ms)) } td { (a.outcome.as_str()) }
-                        td { (a.error.clone().unwrap_or_else(|| a.response_excerpt.chars().take(80).collect())) }
+                        td { (a.error.clone().unwrap_or_else(|| onus::job::shorten(&a.response_excerpt, 80))) }
                     } } }
                 }
             }

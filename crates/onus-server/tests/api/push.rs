@@ -48,8 +48,10 @@ pub async fn a_push_kind_posts_each_job_signed_and_the_answer_is_classified(w: W
         let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
         let attempt = body["attempt"].as_u64().unwrap_or(0);
         match (body["args"]["script"].as_str().unwrap_or(""), attempt) {
-            ("fail-once", 1) => Reply::status(500),
-            ("missing", _) => Reply::status(404),
+            ("fail-once", 1) => {
+                Reply::status(500).body("{\"error\": \"database   down\",\n \"retry\": true}")
+            }
+            ("missing", _) => Reply::status(404).body("no such invoice"),
             _ => Reply::status(200),
         }
     })
@@ -90,8 +92,21 @@ pub async fn a_push_kind_posts_each_job_signed_and_the_answer_is_classified(w: W
         (&json!(2), &json!("error")),
         "500 then 200: {j}"
     );
+    // A failure's history says what the other side answered, on one line.
+    assert_eq!(
+        j["errors"][0]["message"],
+        json!("HTTP 500: {\"error\": \"database down\", \"retry\": true}"),
+        "{j}"
+    );
     let j = w.wait_job(missing, |j| j["state"] == "discarded").await;
     assert_eq!(j["discard_reason"], json!("permanent"), "{j}");
+    assert!(
+        j["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("HTTP 404: no such invoice"),
+        "{j}"
+    );
 
     // Every request: signed with the kind's secret, job_<id> as webhook-id, the kind's headers.
     let sent = by_path(&sink, "/ok");

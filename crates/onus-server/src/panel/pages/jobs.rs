@@ -83,7 +83,7 @@ pub async fn jobs(
                         td { span class=(format!("state {}", j.state.as_str())) { (j.state.as_str()) } }
                         td { (j.attempt) "/" (j.max_attempts) }
                         td { (when(j.run_at)) }
-                        td { (j.errors.last().map(|e| e.message.chars().take(80).collect::<String>()).unwrap_or_default()) }
+                        td { (j.errors.last().map(|e| onus::job::shorten(&e.message, 80)).unwrap_or_default()) }
                     }
                 }
             }
