@@ -5,3 +5,4 @@
 pub mod alerts;
 pub mod events;
 pub mod jobs;
+pub mod why;

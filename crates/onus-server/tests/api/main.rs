@@ -86,6 +86,7 @@ onus_testkit::both!(
         regression_sessions_end_with_the_credential,
         regression_a_nul_in_a_panel_query_is_a_422_page,
         an_action_says_what_it_did_once_and_a_refused_form_keeps_its_input,
+        a_job_page_says_why_it_waits_and_what_ran_when,
     ],
     openapi: [
         every_documented_route_is_served_and_every_route_documented,

@@ -817,3 +817,138 @@ pub async fn an_action_says_what_it_did_once_and_a_refused_form_keeps_its_input(
     );
     assert!(svg.starts_with("<svg"), "{svg}");
 }
+
+pub async fn a_job_page_says_why_it_waits_and_what_ran_when(w: World) {
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    let session = b.cookie.clone().unwrap();
+    let (_, overview, _) = b.get("/").await;
+    let csrf = csrf_of(&overview);
+    let insert = |body: serde_json::Value| {
+        let w = &w;
+        async move { w.post("/api/v1/jobs", body).await.1["id"].as_i64().unwrap() }
+    };
+    let page = |id: i64| {
+        let b = &b;
+        async move {
+            let (s, page, _) = b.get(&format!("/jobs/{id}")).await;
+            assert_eq!(s, 200, "{page}");
+            page
+        }
+    };
+
+    // A pull kind's due job: who would take it.
+    let due = insert(json!({"kind": "report.build", "args": {}})).await;
+    let p = page(due).await;
+    assert!(
+        p.contains("Why it waits: </strong>Due: waiting for a pull worker to claim it"),
+        "{p}"
+    );
+
+    // A paused queue holds it: named, with a button that resumes it and comes back here.
+    w.post("/api/v1/queues/reports/pause", json!({})).await;
+    let p = page(due).await;
+    assert!(
+        p.contains("Queue reports is paused (since 20")
+            && p.contains(">Resume queue reports</button>"),
+        "{p}"
+    );
+    let back = format!("/jobs/{due}");
+    let (s, _, h) = b
+        .post(
+            "/queues/action",
+            &[
+                ("csrf", &csrf),
+                ("name", "reports"),
+                ("action", "resume"),
+                ("back", &back),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!((s, h["location"].to_str().unwrap()), (303, back.as_str()));
+    // Only a job's page is a place to come back to.
+    let (_, _, h) = b
+        .post(
+            "/queues/action",
+            &[
+                ("csrf", &csrf),
+                ("name", "reports"),
+                ("action", "resume"),
+                ("back", "//example.com/"),
+            ],
+            &[],
+        )
+        .await;
+    assert_eq!(h["location"].to_str().unwrap(), "/");
+
+    // A paused key holds a job of it, until the pause's end.
+    let keyed =
+        insert(json!({"kind": "report.build", "args": {}, "lease_key": "customer:9"})).await;
+    w.post(
+        "/api/v1/keys/customer%3A9/pause",
+        json!({"seconds": 3600, "reason": "their maintenance"}),
+    )
+    .await;
+    let p = page(keyed).await;
+    assert!(
+        p.contains("Held by the pause of its lease key customer:9 (their maintenance).")
+            && p.contains(">Resume key customer:9</button>")
+            && p.contains("(<time datetime=\"20"),
+        "{p}"
+    );
+
+    // A job inserted for later: scheduled, with how long until it runs.
+    let later = (chrono::Utc::now() + chrono::TimeDelta::hours(2)).to_rfc3339();
+    let scheduled = insert(json!({"kind": "report.build", "args": {}, "run_at": later})).await;
+    let p = page(scheduled).await;
+    assert!(
+        p.contains("Why it waits: </strong>Scheduled.")
+            && (p.contains(">in 1 h 59 min</time>") || p.contains(">in 2 h 0 min</time>")),
+        "{p}"
+    );
+
+    // An exhausted job links to its alert; its timeline shows when its attempt ran and no
+    // attempt ahead.
+    let failed = insert(json!({"kind": "test.fail", "args": {}})).await;
+    w.wait_job(failed, |j| j["state"] == "discarded").await;
+    let p = page(failed).await;
+    assert!(p.contains("<dt>Alert</dt>") && p.contains(", open"), "{p}");
+    assert!(!p.contains("Why it waits"), "{p}");
+    assert!(
+        !p.contains("class=\"ahead\""),
+        "a finished job has no attempt ahead: {p}"
+    );
+
+    // A pull worker's progress: shown while it runs, labelled once the job ended.
+    let (_, claimed) = w
+        .post(
+            "/api/v1/queues/reports/claim",
+            json!({"kinds": ["report.build"], "limit": 10}),
+        )
+        .await;
+    let first = claimed["jobs"][0].clone();
+    let id = first["id"].as_i64().unwrap();
+    let token = first["lease_token"].clone();
+    w.post(
+        &format!("/api/v1/jobs/{id}/heartbeat"),
+        json!({"lease_token": token, "progress": 0.5, "message": "half"}),
+    )
+    .await;
+    let p = page(id).await;
+    assert!(
+        p.contains("<dt>Progress</dt>") && p.contains("<dt>Running in</dt>"),
+        "{p}"
+    );
+    w.post(
+        &format!("/api/v1/jobs/{id}/complete"),
+        json!({"lease_token": token}),
+    )
+    .await;
+    let p = page(id).await;
+    assert!(
+        p.contains("<dt>Last reported progress</dt>") && !p.contains("<dt>Progress</dt>"),
+        "{p}"
+    );
+    b.cookie = Some(session);
+}

@@ -47,6 +47,16 @@ impl Client {
         Ok(db::read(store, move |tx| Box::pin(maintenance::alert(tx, id))).await?)
     }
 
+    /// The alerts job `job` raised (one per exhaustion: a job retried by hand may raise another),
+    /// oldest first.
+    pub async fn alerts_of_job(&self, job: crate::JobId) -> Result<Vec<Alert>, Error> {
+        let store = &*self.shared.store;
+        Ok(db::read(store, move |tx| {
+            Box::pin(maintenance::alerts_of_job(tx, job))
+        })
+        .await?)
+    }
+
     /// Acknowledges an alert (again: keeps the first time) and returns it; `None` when there is
     /// none with that id.
     pub async fn ack_alert(&self, id: i64) -> Result<Option<Alert>, Error> {

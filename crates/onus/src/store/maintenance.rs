@@ -65,6 +65,11 @@ static ALERT: Sql = Sql::new(
     "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts WHERE id = $1",
 );
 
+static ALERTS_OF_JOB: Sql = Sql::new(
+    ALERTS,
+    "SELECT id, job_id, kind, message, created_at, acked_at FROM onus_alerts WHERE job_id = $1 ORDER BY id",
+);
+
 static OPEN_ALERTS_UPTO: Sql = Sql::new(
     ALERTS,
     "SELECT COUNT(*) AS n FROM (SELECT id FROM onus_alerts WHERE acked_at IS NULL LIMIT $1) AS o",
@@ -124,6 +129,11 @@ pub(crate) async fn alerts<T: Tx + ?Sized>(
 /// One alert, if there is one with that id.
 pub(crate) async fn alert<T: Tx + ?Sized>(tx: &T, id: i64) -> StoreResult<Option<Alert>> {
     tx.fetch_opt(&ALERT, &[id.into()]).await
+}
+
+/// The alerts a job raised, oldest first.
+pub(crate) async fn alerts_of_job<T: Tx + ?Sized>(tx: &T, job: i64) -> StoreResult<Vec<Alert>> {
+    tx.fetch(&ALERTS_OF_JOB, &[job.into()]).await
 }
 
 /// How many alerts are open, counting no further than `cap`.

@@ -18,6 +18,9 @@ pub struct KeyForm {
     minutes: Option<String>,
     #[serde(default)]
     reason: Option<String>,
+    /// The page to go back to (a job's), else the overview.
+    #[serde(default)]
+    back: Option<String>,
 }
 
 /// Pauses or resumes a key, then shows the overview.
@@ -65,7 +68,7 @@ pub async fn key_action(State(panel): State<Panel>, Posted(s, f): Posted<KeyForm
         }
     };
     match done {
-        Ok(notice) => panel.notify("/", &notice),
+        Ok(notice) => panel.notify(super::back_to(f.back.as_deref()).unwrap_or("/"), &notice),
         Err(e) if f.action == "pause" && e.fault() == onus::Fault::Caller => {
             refused(&panel, &s, &f, e.into()).await
         }

@@ -36,6 +36,37 @@ pub(crate) fn when(t: onus::Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+/// How far `t` is from `now`, as a person says it: "in 4 min", "2 h ago", "now".
+pub(crate) fn relative(now: onus::Timestamp, t: onus::Timestamp) -> String {
+    let secs = (t - now).num_seconds();
+    let a = secs.unsigned_abs();
+    let span = match a {
+        0..=4 => return "now".into(),
+        5..=59 => format!("{a} s"),
+        60..=3599 => format!("{} min", a / 60),
+        3600..=86_399 => format!("{} h {} min", a / 3600, a % 3600 / 60),
+        _ => format!("{} d {} h", a / 86_400, a % 86_400 / 3600),
+    };
+    if secs > 0 {
+        format!("in {span}")
+    } else {
+        format!("{span} ago")
+    }
+}
+
+/// A time shown relative to now ("in 4 min"), the absolute time on hover and to machines.
+pub(crate) fn at(now: onus::Timestamp, t: onus::Timestamp) -> Markup {
+    html! { time datetime=(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)) title=(when(t)) { (relative(now, t)) } }
+}
+
+/// A page to go back to after an action: a job's page only (never another origin).
+pub(crate) fn back_to(back: Option<&str>) -> Option<&str> {
+    back.filter(|b| {
+        b.strip_prefix("/jobs/")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|c| c.is_ascii_digit()))
+    })
+}
+
 /// A query string of `pairs`, each value encoded (a name may hold `&`, `#` or `+`).
 pub(crate) fn pairs(pairs: &[(&str, &str)]) -> String {
     let mut s = url::form_urlencoded::Serializer::new(String::new());
@@ -193,4 +224,7 @@ impl Refill {
 pub struct QueueForm {
     name: String,
     action: String,
+    /// The page to go back to (a job's), else the overview.
+    #[serde(default)]
+    back: Option<String>,
 }

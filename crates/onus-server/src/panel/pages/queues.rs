@@ -9,7 +9,7 @@ use crate::panel::{Panel, Posted};
 
 /// Pause or resume a queue, then back to the overview.
 pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<QueueForm>) -> Response {
-    let name = f.name;
+    let name = f.name.clone();
     let done = match f.action.as_str() {
         "pause" => panel.app.client.pause_queue(&name).await.map(|_| {
             format!("Paused queue {name}: no process claims from it until it is resumed; running jobs finish.")
@@ -30,7 +30,7 @@ pub async fn queue_action(State(panel): State<Panel>, Posted(s, f): Posted<Queue
         }
     };
     match done {
-        Ok(notice) => panel.notify("/", &notice),
+        Ok(notice) => panel.notify(super::back_to(f.back.as_deref()).unwrap_or("/"), &notice),
         Err(e) => err_page(&panel, &s, e.into()),
     }
 }

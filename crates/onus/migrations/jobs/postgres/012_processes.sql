@@ -13,3 +13,5 @@ CREATE TABLE onus_processes (
     started_at timestamptz NOT NULL,
     seen_at    timestamptz NOT NULL
 );
+-- A job's page links to the alert its exhaustion raised.
+CREATE INDEX onus_alerts_job ON onus_alerts (job_id);

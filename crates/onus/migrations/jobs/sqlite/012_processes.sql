@@ -13,3 +13,5 @@ CREATE TABLE onus_processes (
     started_at INTEGER NOT NULL,
     seen_at    INTEGER NOT NULL
 );
+-- A job's page links to the alert its exhaustion raised.
+CREATE INDEX onus_alerts_job ON onus_alerts (job_id);
