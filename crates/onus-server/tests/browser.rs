@@ -138,9 +138,24 @@ async fn wait_text(c: &Client, css: &str, text: &str) {
     }
 }
 
-/// Clicks the element `at` finds.
+/// Clicks the element `at` finds; one replaced by a page still loading (a stale reference, or
+/// none yet) is found again, until a deadline.
 async fn click(c: &Client, at: Locator<'_>) {
-    c.find(at).await.unwrap().click().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let tried = match c.find(at).await {
+            Ok(e) => e.click().await,
+            Err(e) => Err(e),
+        };
+        match tried {
+            Ok(()) => return,
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "cannot click {at:?}: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Types `text` into the element `at` finds.
@@ -220,9 +235,24 @@ async fn scenario(backend: Backend, d: &Driver) {
     shoot(&c, &format!("{tag}-overview")).await;
     // Find the discarded job through the filters, open it, retry it.
     c.goto(&format!("{}/jobs", w.base)).await.unwrap();
-    type_into(&c, Locator::Css("input[name=state]"), "discarded").await;
     type_into(&c, Locator::Css("input[name=kind]"), "test.fail").await;
     click(&c, Locator::Css("form.filters button")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !c
+        .current_url()
+        .await
+        .unwrap()
+        .as_str()
+        .contains("kind=test.fail")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the filter never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    click(&c, Locator::Css("nav.tabs a.discarded")).await;
+    wait_text(&c, "nav.tabs a[aria-current=page]", "discarded 1").await;
     wait_text(&c, "table.jobs", "test.fail").await;
     shoot(&c, &format!("{tag}-jobs")).await;
     click(&c, Locator::LinkText(&failed.to_string())).await;

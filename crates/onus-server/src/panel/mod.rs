@@ -291,7 +291,22 @@ impl<F: serde::de::DeserializeOwned> axum::extract::FromRequest<Panel> for Poste
             .find(|(k, _)| k == "csrf")
             .map(|(_, v)| v.into_owned());
         check_csrf(&s, given.as_deref()).map_err(IntoResponse::into_response)?;
-        let fields = serde_urlencoded::from_bytes(&bytes).map_err(|e| {
+        // A field sent more than once (checkboxes of one name) arrives as one comma-separated
+        // value, as the API's lists are written.
+        let mut merged: Vec<(String, String)> = Vec::new();
+        for (k, v) in url::form_urlencoded::parse(&bytes) {
+            match merged.iter_mut().find(|(n, _)| *n == k) {
+                Some((_, all)) => {
+                    all.push(',');
+                    all.push_str(&v);
+                }
+                None => merged.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        let joined = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&merged)
+            .finish();
+        let fields = serde_urlencoded::from_str(&joined).map_err(|e| {
             (StatusCode::UNPROCESSABLE_ENTITY, format!("form: {e}")).into_response()
         })?;
         Ok(Posted(s, fields))

@@ -25,7 +25,7 @@ pub fn instant(field: &str, v: &str) -> Result<Timestamp, ApiError> {
 }
 
 /// The filter of `GET /jobs`; lists are comma-separated.
-#[derive(Debug, Default, Deserialize, IntoParams)]
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {

@@ -87,6 +87,7 @@ onus_testkit::both!(
         regression_a_nul_in_a_panel_query_is_a_422_page,
         an_action_says_what_it_did_once_and_a_refused_form_keeps_its_input,
         a_job_page_says_why_it_waits_and_what_ran_when,
+        the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs,
     ],
     openapi: [
         every_documented_route_is_served_and_every_route_documented,

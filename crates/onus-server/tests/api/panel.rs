@@ -952,3 +952,85 @@ pub async fn a_job_page_says_why_it_waits_and_what_ran_when(w: World) {
     );
     b.cookie = Some(session);
 }
+
+pub async fn the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs(w: World) {
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    let ids: Vec<i64> = {
+        let batch: Vec<_> = (0..4)
+            .map(|i| json!({"kind": "report.build", "args": {"i": i}}))
+            .collect();
+        let (_, a) = w.post("/api/v1/jobs/batch", json!({"jobs": batch})).await;
+        a["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_i64().unwrap())
+            .collect()
+    };
+    let (s, page, _) = b.get("/jobs?kind=report.build").await;
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("aria-current=\"page\">All <span class=\"n\">4</span>")
+            && page.contains("available <span class=\"n\">4</span>")
+            && page.contains("cancelled <span class=\"n\">0</span>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<datalist id=\"kinds\">")
+            && page.contains("<option value=\"report.build\">"),
+        "{page}"
+    );
+    assert!(
+        page.contains("name=\"ids\" value=\"") && page.contains("form=\"chosen\""),
+        "{page}"
+    );
+    assert!(
+        page.contains("<time datetime=\"20"),
+        "relative run times: {page}"
+    );
+    let csrf = csrf_of(&page);
+
+    // Two chosen: a confirmation with their count, then only they are cancelled.
+    let (a, c) = (ids[0].to_string(), ids[2].to_string());
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("query", "kind=report.build"),
+        ("action", "cancel"),
+        ("ids", a.as_str()),
+        ("ids", c.as_str()),
+    ];
+    let (s, page, _) = b.post("/jobs/bulk", &form, &[]).await;
+    assert_eq!(s, 200, "{page}");
+    assert!(page.contains("2 jobs match; 2 can be cancelled."), "{page}");
+    let (_, page, _) = b
+        .post(
+            "/jobs/bulk",
+            &[
+                ("csrf", csrf.as_str()),
+                ("query", "kind=report.build"),
+                ("action", "cancel"),
+                ("ids", &format!("{a},{c}")),
+                ("confirm", "yes"),
+            ],
+            &[],
+        )
+        .await;
+    assert!(page.contains("2 of 2 matching jobs cancelled"), "{page}");
+    for (i, id) in ids.iter().enumerate() {
+        let (_, j) = w.get(&format!("/api/v1/jobs/{id}")).await;
+        let want = if i == 0 || i == 2 {
+            "cancelled"
+        } else {
+            "available"
+        };
+        assert_eq!(j["state"], want, "{j}");
+    }
+    let (_, page, _) = b.get("/jobs?kind=report.build&state=cancelled").await;
+    assert!(
+        page.contains(
+            "aria-current=\"page\" class=\"state cancelled\">cancelled <span class=\"n\">2</span>"
+        ),
+        "{page}"
+    );
+}
