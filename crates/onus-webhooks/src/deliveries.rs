@@ -4,6 +4,37 @@ use onus::{JobFilter, JobState, Timestamp};
 
 use crate::{lease_key, sql, DeliveryAttempt, EndpointId, Error, Webhooks, DELIVER};
 
+/// How an endpoint's deliveries went lately (see [`Webhooks::endpoint_health`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointHealth {
+    /// Its last delivery attempt.
+    pub last: Option<DeliveryAttempt>,
+    /// Successful and all attempts over the last hour.
+    pub hour: (u64, u64),
+    /// Successful and all attempts over the last day.
+    pub day: (u64, u64),
+}
+
+#[derive(Debug, Default)]
+struct Rates {
+    day_total: u64,
+    day_ok: u64,
+    hour_total: u64,
+    hour_ok: u64,
+}
+
+impl onus::sql::FromRow for Rates {
+    fn from_row(r: &onus::sql::Row) -> onus::StoreResult<Self> {
+        let n = |c: &str| -> onus::StoreResult<u64> { Ok(r.get::<i64>(c)?.max(0) as u64) };
+        Ok(Rates {
+            day_total: n("day_total")?,
+            day_ok: n("day_ok")?,
+            hour_total: n("hour_total")?,
+            hour_ok: n("hour_ok")?,
+        })
+    }
+}
+
 /// One delivery of an event: the endpoint it went to, its job and its attempts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -64,6 +95,28 @@ impl Webhooks {
             finalized_after: Some(since),
             limit: Some(self.inner.cfg.redeliver_max),
             ..JobFilter::default()
+        })
+    }
+
+    /// How an endpoint's deliveries went lately: its last attempt, and how many of its attempts
+    /// succeeded over the hour and the day before `now`.
+    pub async fn endpoint_health(&self, id: &str, now: Timestamp) -> Result<EndpointHealth, Error> {
+        let last = self.endpoint_attempts(id, 1, None).await?.pop();
+        let params = vec![
+            (now - chrono::TimeDelta::hours(1)).into(),
+            id.into(),
+            (now - chrono::TimeDelta::days(1)).into(),
+        ];
+        let rates: Vec<Rates> = self
+            .inner
+            .db
+            .read_rows(&sql::ENDPOINT_RATES, params)
+            .await?;
+        let r = rates.into_iter().next().unwrap_or_default();
+        Ok(EndpointHealth {
+            last,
+            hour: (r.hour_ok, r.hour_total),
+            day: (r.day_ok, r.day_total),
         })
     }
 

@@ -152,6 +152,17 @@ pub(crate) static ATTEMPTS_OF_ENDPOINT: Sql = Sql::per_backend(
      ORDER BY attempted_at DESC, id DESC LIMIT $4",
 );
 
+/// An endpoint's (`$2`) attempts since `$3` (a day ago), and since `$1` (an hour ago): all and
+/// successful. Read through the index by endpoint and time, so it costs the endpoint's day.
+pub(crate) static ENDPOINT_RATES: Sql = Sql::new(
+    ATTEMPTS,
+    "SELECT COALESCE(SUM(CASE WHEN attempted_at >= $1 THEN 1 ELSE 0 END), 0) AS hour_total,
+            COALESCE(SUM(CASE WHEN attempted_at >= $1 AND outcome = 'success' THEN 1 ELSE 0 END), 0) AS hour_ok,
+            COUNT(*) AS day_total,
+            COALESCE(SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END), 0) AS day_ok
+     FROM onus_delivery_attempts WHERE endpoint_id = $2 AND attempted_at >= $3",
+);
+
 pub(crate) static ATTEMPT: Sql = Sql::new(
     ATTEMPTS,
     "SELECT id, event_id, endpoint_id, job_id, attempt, attempted_at, status, duration_us, response_excerpt, error, outcome

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::pages::{err_page, layout, Refill};
+use super::pages::{at, err_page, layout, Refill};
 use super::{Authed, Panel, Posted, Session};
 use crate::api::ApiError;
 use axum::http::StatusCode;
@@ -47,6 +47,16 @@ pub async fn endpoints(
     endpoints_page(&panel, &s, tenant, None).await
 }
 
+/// A success rate: "98% of 120", or "-" with no attempt.
+fn rate(r: Option<(u64, u64)>) -> String {
+    match r {
+        Some((ok, total)) if total > 0 => {
+            format!("{}% of {total}", ok * 100 / total)
+        }
+        _ => "-".into(),
+    }
+}
+
 /// The id of the add-an-endpoint form.
 const ADD_FORM: &str = "add-endpoint";
 /// The id of an endpoint's edit form.
@@ -64,6 +74,13 @@ async fn endpoints_page(
         Ok(l) => l,
         Err(e) => return err_page(panel, s, e.into()),
     };
+    let now = panel.app.client.now();
+    // Each endpoint's last attempt and success rates, read through its index: a failure shows as
+    // no figure, not as an error page.
+    let mut healths = Vec::with_capacity(list.len());
+    for e in &list {
+        healths.push(panel.app.webhooks.endpoint_health(&e.id, now).await.ok());
+    }
     let v = |name: &str, default: &str| Refill::value(refill, ADD_FORM, name, default);
     let bad = |name: &str| Refill::invalid(refill, ADD_FORM, name).then_some("true");
     let open = panel.badge().await;
@@ -73,14 +90,32 @@ async fn endpoints_page(
             button type="submit" { "Show" }
         }
         table {
-            thead { tr { th { "Endpoint" } th { "Tenant" } th { "URL" } th { "Health" } } }
+            thead { tr { th { "Endpoint" } th { "Tenant" } th { "URL" } th { "Health" } th { "Last attempt" } th { "Succeeded, last hour" } th { "Succeeded, last day" } } }
             tbody {
-                @for e in &list {
+                @for (e, h) in list.iter().zip(&healths) {
                     tr {
-                        td { a href=(panel.href(&format!("/endpoints/{}", e.id))) { (e.id) } }
+                        td {
+                            a href=(panel.href(&format!("/endpoints/{}", e.id))) {
+                                @if e.description.is_empty() { (e.id) } @else { (e.description) }
+                            }
+                            @if !e.description.is_empty() { br; small { code class="id" { (e.id) } } }
+                        }
                         td { (e.tenant.clone().unwrap_or_else(|| "-".into())) }
                         td { code { (e.url) } }
                         td { (health(e)) }
+                        td {
+                            @match h.as_ref().and_then(|h| h.last.as_ref()) {
+                                Some(a) => {
+                                    span class=(format!("outcome {}", a.outcome.as_str())) {
+                                        (a.status.map(|s| format!("HTTP {s}")).unwrap_or_else(|| a.outcome.as_str().to_string()))
+                                    }
+                                    " " (at(now, a.attempted_at))
+                                }
+                                None => { "-" }
+                            }
+                        }
+                        td { (rate(h.as_ref().map(|h| h.hour))) }
+                        td { (rate(h.as_ref().map(|h| h.day))) }
                     }
                 }
             }

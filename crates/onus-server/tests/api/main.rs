@@ -88,6 +88,7 @@ onus_testkit::both!(
         an_action_says_what_it_did_once_and_a_refused_form_keeps_its_input,
         a_job_page_says_why_it_waits_and_what_ran_when,
         the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs,
+        the_endpoints_list_shows_each_endpoints_last_answer_and_success_rate,
     ],
     openapi: [
         every_documented_route_is_served_and_every_route_documented,

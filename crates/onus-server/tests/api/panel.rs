@@ -1034,3 +1034,66 @@ pub async fn the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs(w: World) 
         "{page}"
     );
 }
+
+pub async fn the_endpoints_list_shows_each_endpoints_last_answer_and_success_rate(w: World) {
+    use onus_testkit::sink::{HttpSink, Reply};
+    let sink = HttpSink::start(|r, _| {
+        if r.path.starts_with("/bad") {
+            Reply::status(400)
+        } else {
+            Reply::status(200)
+        }
+    })
+    .await;
+    let (_, good) = w
+        .post(
+            "/api/v1/endpoints",
+            json!({"url": sink.url("/good"), "description": "Billing service"}),
+        )
+        .await;
+    let (_, bad) = w
+        .post("/api/v1/endpoints", json!({"url": sink.url("/bad")}))
+        .await;
+    w.post(
+        "/api/v1/events",
+        json!({"type": "invoice.paid", "payload": {}, "id": "list-1"}),
+    )
+    .await;
+    w.wait_get("/api/v1/events/list-1/deliveries", |v| {
+        v["deliveries"].as_array().is_some_and(|d| {
+            d.len() == 2
+                && d.iter()
+                    .all(|d| d["state"] == "completed" || d["state"] == "discarded")
+        })
+    })
+    .await;
+    let mut b = Browser::new(&w);
+    b.login(&w.token).await;
+    let (s, page, _) = b.get("/endpoints").await;
+    assert_eq!(s, 200);
+    let good_id = good["id"].as_str().unwrap();
+    let bad_id = bad["id"].as_str().unwrap();
+    assert!(
+        page.contains(&format!(
+            "<a href=\"/endpoints/{good_id}\">Billing service</a>"
+        )),
+        "a described endpoint is named by its description: {page}"
+    );
+    let row = |id: &str| {
+        let at = page.find(&format!("/endpoints/{id}\"")).unwrap();
+        let end = page[at..].find("</tr>").unwrap();
+        page[at..at + end].to_string()
+    };
+    let g = row(good_id);
+    assert!(
+        g.contains("<span class=\"outcome success\">HTTP 200</span>")
+            && g.matches("100% of 1").count() == 2,
+        "{g}"
+    );
+    let b_row = row(bad_id);
+    assert!(
+        b_row.contains("<span class=\"outcome permanent\">HTTP 400</span>")
+            && b_row.matches("0% of 1").count() == 2,
+        "{b_row}"
+    );
+}
