@@ -1033,6 +1033,23 @@ pub async fn the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs(w: World) 
         ),
         "{page}"
     );
+
+    // The kinds page: a summary row per kind, its jobs by state, the timeline folded.
+    let (s, page, _) = b.get("/kinds").await;
+    assert_eq!(s, 200);
+    let at = page
+        .find("<tr id=\"k-report.build\">")
+        .unwrap_or_else(|| panic!("{page}"));
+    let row = &page[at..at + page[at..].find("</tr>").unwrap()];
+    assert!(
+        row.contains("<td>pull</td>")
+            && row.contains(">reports</a>")
+            && row.contains("available 2</a>")
+            && row.contains("cancelled 2</a>")
+            && row.contains("3 attempts, timeout 1h")
+            && row.contains("<details><summary>Timeline</summary>"),
+        "{row}"
+    );
 }
 
 pub async fn the_endpoints_list_shows_each_endpoints_last_answer_and_success_rate(w: World) {

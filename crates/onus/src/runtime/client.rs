@@ -120,6 +120,13 @@ struct Offer {
 }
 
 impl Client {
+    /// The kind `name` as this runtime knows it (its policy, queue and limits).
+    pub fn kind(&self, name: &str) -> Option<&super::Kind> {
+        self.shared.kinds.get(name)
+    }
+}
+
+impl Client {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.shared.store

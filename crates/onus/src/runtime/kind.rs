@@ -198,6 +198,31 @@ impl Kind {
     pub fn queue_name(&self) -> &str {
         &self.queue
     }
+
+    /// The template its jobs' lease keys are built from, when it has one.
+    pub fn lease_key_template(&self) -> Option<&str> {
+        self.lease_key.as_ref().map(|t| t.as_str())
+    }
+
+    /// How many jobs of one lease key run at once, across every process.
+    pub fn slots(&self) -> u32 {
+        self.lease_slots
+    }
+
+    /// The most jobs of the kind running at once across every process, when capped.
+    pub fn running_cap(&self) -> Option<u32> {
+        self.max_running
+    }
+
+    /// Its rate window and the template of the key it counts by, when it has one.
+    pub fn rate_window(&self) -> Option<(&RateWindow, &str)> {
+        self.rate.as_ref().map(|(w, k)| (w, k.as_str()))
+    }
+
+    /// Its own retry budget, when it has one.
+    pub fn own_retry_budget(&self) -> Option<&crate::budget::RetryBudget> {
+        self.retry_budget.as_ref()
+    }
 }
 
 /// What a handler knows about the attempt it runs.
