@@ -73,6 +73,40 @@ pub async fn a_mail_job_is_sent_and_marked_through_the_api(w: World) {
     assert_eq!(sent["accepted"], json!(["bob@example.com"]));
     assert_eq!(sent["refused"], json!([]));
     assert_eq!(sent["attempt"], 1);
+    // The job's page in the panel shows the same record.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = http
+        .post(format!("{}/login", m.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string([("token", m.token.as_str())]).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let page = http
+        .get(format!("{}/jobs/{id}", m.base))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("<h2>Mail</h2>")
+            && page.contains("<code>&lt;evt_7@example.com&gt;</code>")
+            && page.contains("<dt>Recipients taken</dt><dd>bob@example.com</dd>"),
+        "{page}"
+    );
     let (s, list) = m.get("/api/v1/jobs?kind=report.build").await;
     assert_eq!(s, 200, "{list}");
     let marks: Vec<_> = list["jobs"]
