@@ -47,17 +47,22 @@ impl Class {
         }
     }
 
-    /// This class with the response's first characters after a failure's reason (`HTTP 500:
-    /// {"error": "database down"}`), so a job's history says what the other side answered. A
-    /// snooze's reason stays as it is (it names the `Retry-After` it obeys).
+    /// This class with the response's first characters after a failure's reason (`HTTP 500;
+    /// response: {"error": "database down"}`, see [`onus::job::RESPONSE_QUOTE`]), so a job's
+    /// history says what the other side answered. A snooze's reason stays as it is (it names the
+    /// `Retry-After` it obeys).
     pub fn with_excerpt(self, excerpt: &str) -> Class {
         let quoted = onus::job::shorten(excerpt, REASON_EXCERPT);
         if quoted.is_empty() {
             return self;
         }
         match self {
-            Class::Retryable(r) => Class::Retryable(format!("{r}: {quoted}")),
-            Class::Permanent(r) => Class::Permanent(format!("{r}: {quoted}")),
+            Class::Retryable(r) => {
+                Class::Retryable(format!("{r}{}{quoted}", onus::job::RESPONSE_QUOTE))
+            }
+            Class::Permanent(r) => {
+                Class::Permanent(format!("{r}{}{quoted}", onus::job::RESPONSE_QUOTE))
+            }
             other => other,
         }
     }
@@ -157,6 +162,30 @@ pub fn classify_status(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failure_quotes_the_start_of_the_answer_and_a_snooze_does_not() {
+        let now = chrono::Utc::now();
+        assert_eq!(
+            Class::Retryable("HTTP 500".into()).with_excerpt("  {\"error\":\n  \"down\"} "),
+            Class::Retryable("HTTP 500; response: {\"error\": \"down\"}".into())
+        );
+        assert_eq!(
+            Class::Permanent("HTTP 404".into()).with_excerpt(""),
+            Class::Permanent("HTTP 404".into())
+        );
+        let long = Class::Retryable("HTTP 502".into()).with_excerpt(&"word ".repeat(100));
+        let Class::Retryable(m) = long else { panic!() };
+        assert!(
+            m.chars().count() <= "HTTP 502; response: ".len() + REASON_EXCERPT && m.ends_with('…'),
+            "{m}"
+        );
+        let snooze = Class::Snooze {
+            until: now,
+            reason: "HTTP 429 with Retry-After: 5".into(),
+        };
+        assert_eq!(snooze.clone().with_excerpt("slow down"), snooze);
+    }
+
     use super::*;
 
     fn now() -> Timestamp {

@@ -136,7 +136,7 @@ pub enum KeysCommand {
         /// The lease key.
         key: String,
         /// For how long ("10m", "2h"; at least 1s).
-        #[arg(long = "for", value_name = "DURATION", value_parser = duration_arg)]
+        #[arg(long = "for", value_name = "DURATION", value_parser = pause_arg)]
         for_: Option<std::time::Duration>,
         /// Until this instant (RFC 3339, like 2026-12-01T12:00:00Z).
         #[arg(long, value_name = "TIME", value_parser = instant_arg)]
@@ -365,6 +365,18 @@ fn duration_arg(v: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(v).map_err(|e| format!("{e}; write it like 10m, 2h or 1d"))
 }
 
+/// A pause's length given as a flag: at least [`onus::runtime::MIN_PAUSE`].
+fn pause_arg(v: &str) -> Result<std::time::Duration, String> {
+    let d = duration_arg(v)?;
+    if d < onus::runtime::MIN_PAUSE {
+        return Err(format!(
+            "a pause lasts at least {}s (to end a pause, run `onus keys resume`)",
+            onus::runtime::MIN_PAUSE.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
 /// JSON given as a flag.
 fn json_arg(v: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(v).map_err(|e| {
@@ -492,7 +504,7 @@ async fn migrated_runtime(file: &FileConfig, url: &str) -> Result<crate::serve::
     Ok(parts)
 }
 
-/// `onus keys rotate-encryption`.
+/// `onus encryption rotate`.
 async fn rotate_encryption(
     file: &FileConfig,
     url: &str,
@@ -502,7 +514,7 @@ async fn rotate_encryption(
         Some(p) => std::fs::read_to_string(p)
             .map_err(|e| format!("--new-key-file {}: cannot read it ({e})", p.display()))?,
         None => std::env::var("ONUS_NEW_ENCRYPTION_KEY").map_err(|_| {
-            "give the new key: --new-key-file PATH or ONUS_NEW_ENCRYPTION_KEY (`onus keys generate` makes one)".to_string()
+            "give the new key: --new-key-file PATH or ONUS_NEW_ENCRYPTION_KEY (`onus encryption generate` makes one)".to_string()
         })?,
     };
     let new = onus_webhooks::crypto::Key::from_base64(&text)
@@ -927,13 +939,6 @@ async fn keys(app: &App, cmd: KeysCommand) -> Result<(), Error> {
             until,
             reason,
         } => {
-            if for_.is_some_and(|d| d < onus::runtime::MIN_PAUSE) {
-                return Err(format!(
-                    "--for: a pause lasts at least {}s (to end a pause, run `onus keys resume`)",
-                    onus::runtime::MIN_PAUSE.as_secs()
-                )
-                .into());
-            }
             let body = k::PauseBody {
                 seconds: for_.map(|d| d.as_secs_f64()),
                 until: until.map(|t| t.to_rfc3339()),

@@ -1009,7 +1009,7 @@ fn the_cli_reaches_what_the_api_does() {
         "{out}"
     );
     assert!(refused(&["keys", "pause", "customer:7", "--for", "0s"])
-        .contains("--for: a pause lasts at least"));
+        .contains("a pause lasts at least 1s"));
     assert!(refused(&["keys", "pause", "customer:7"]).contains("--until"));
     let e = refused(&[
         "keys",
@@ -1046,6 +1046,10 @@ fn flags_are_checked_before_a_database_is_made() {
         ),
         (vec!["jobs", "list", "--limit", "0"], "--limit"),
         (vec!["keys", "pause", "k", "--for", "a while"], "--for"),
+        (
+            vec!["keys", "pause", "k", "--for", "0s"],
+            "a pause lasts at least 1s",
+        ),
     ] {
         let o = onus(dir.path(), &args);
         assert!(!o.status.success(), "{args:?}");
@@ -1062,8 +1066,10 @@ fn flags_are_checked_before_a_database_is_made() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_logs_how_a_job_ended_and_where_the_panel_is() {
-    let sink =
-        onus_testkit::sink::HttpSink::start(|_, _| onus_testkit::sink::Reply::status(500)).await;
+    let sink = onus_testkit::sink::HttpSink::start(|_, _| {
+        onus_testkit::sink::Reply::status(500).body("upstream says session=s3cr3t-in-the-body")
+    })
+    .await;
     let target = sink.url("/fails");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -1079,9 +1085,14 @@ async fn serve_logs_how_a_job_ended_and_where_the_panel_is() {
                 .to_string();
             let r = http_call(addr, "POST", "/api/v1/jobs", &token, &body);
             assert!(r.starts_with("HTTP/1.1 201"), "{r}");
-            wait_until(addr, "/api/v1/jobs/1", &token, |j| {
+            let j = wait_until(addr, "/api/v1/jobs/1", &token, |j| {
                 j["state"] == "discarded"
             });
+            assert_eq!(
+                j["errors"][0]["message"],
+                "HTTP 500; response: upstream says session=s3cr3t-in-the-body",
+                "the history keeps what the other side said: {j}"
+            );
         })
     })
     .await
@@ -1096,10 +1107,14 @@ async fn serve_logs_how_a_job_ended_and_where_the_panel_is() {
         .find(|l| l.contains("discarded ("))
         .unwrap_or_else(|| panic!("no ending logged: {log}"));
     assert!(
-        ending.contains("discarded (exhausted after 1 attempt(s)); alert raised"),
+        ending.contains("discarded (exhausted after 1 attempt); alert raised"),
         "{ending}"
     );
     assert!(!log.contains("retryable:"), "{log}");
+    assert!(
+        ending.contains("error=HTTP 500") && !log.contains("s3cr3t"),
+        "a response body is not logged: {log}"
+    );
     // Request durations are rounded.
     let ms = log
         .lines()

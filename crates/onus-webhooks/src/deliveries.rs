@@ -13,7 +13,12 @@ pub struct EndpointHealth {
     pub hour: (u64, u64),
     /// Successful and all attempts over the last day.
     pub day: (u64, u64),
+    /// More attempts than [`RATES_READ`] in the day: the figures are of the latest ones.
+    pub capped: bool,
 }
+
+/// The most of an endpoint's latest attempts [`Webhooks::endpoint_health`] reads.
+pub const RATES_READ: u64 = 10_000;
 
 #[derive(Debug, Default)]
 struct Rates {
@@ -99,13 +104,14 @@ impl Webhooks {
     }
 
     /// How an endpoint's deliveries went lately: its last attempt, and how many of its attempts
-    /// succeeded over the hour and the day before `now`.
+    /// succeeded over the hour and the day before `now` (of its latest [`RATES_READ`] at most).
     pub async fn endpoint_health(&self, id: &str, now: Timestamp) -> Result<EndpointHealth, Error> {
         let last = self.endpoint_attempts(id, 1, None).await?.pop();
         let params = vec![
             (now - chrono::TimeDelta::hours(1)).into(),
             id.into(),
             (now - chrono::TimeDelta::days(1)).into(),
+            (RATES_READ as i64).into(),
         ];
         let rates: Vec<Rates> = self
             .inner
@@ -117,6 +123,7 @@ impl Webhooks {
             last,
             hour: (r.hour_ok, r.hour_total),
             day: (r.day_ok, r.day_total),
+            capped: r.day_total >= RATES_READ,
         })
     }
 

@@ -163,7 +163,7 @@ impl Webhooks {
             return Ok(());
         }
         if refused {
-            return sent.class.into_job_result(ctx.job());
+            return sent.job_result(ctx.job());
         }
         let failing_since = failing_since.unwrap_or(now);
         if let Some(reason) = disable_reason(
@@ -179,7 +179,7 @@ impl Webhooks {
                 p.endpoint.id
             )));
         }
-        sent.class.into_job_result(ctx.job())
+        sent.job_result(ctx.job())
     }
 
     /// A delivery job: prepare, call, record.

@@ -33,7 +33,7 @@ use onus::store::Db;
 use onus::{Builder, Component, JobContext, Kind, NewJob, Policy, Store};
 use onus_http::{HttpClient, HttpConfig};
 
-pub use deliveries::{Delivery, EndpointHealth};
+pub use deliveries::{Delivery, EndpointHealth, RATES_READ};
 pub use delivery::{CONTENT_TYPE, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 pub use endpoints::TEST_EVENT;
 pub use error::Error;

@@ -152,15 +152,18 @@ pub(crate) static ATTEMPTS_OF_ENDPOINT: Sql = Sql::per_backend(
      ORDER BY attempted_at DESC, id DESC LIMIT $4",
 );
 
-/// An endpoint's (`$2`) attempts since `$3` (a day ago), and since `$1` (an hour ago): all and
-/// successful. Read through the index by endpoint and time, so it costs the endpoint's day.
+/// An endpoint's (`$2`) latest attempts since `$3` (a day ago), at most `$4`, and of those the
+/// ones since `$1` (an hour ago): all and successful. Read newest first through the index by
+/// endpoint and time, so a busy endpoint costs at most `$4` rows.
 pub(crate) static ENDPOINT_RATES: Sql = Sql::new(
     ATTEMPTS,
     "SELECT COALESCE(SUM(CASE WHEN attempted_at >= $1 THEN 1 ELSE 0 END), 0) AS hour_total,
             COALESCE(SUM(CASE WHEN attempted_at >= $1 AND outcome = 'success' THEN 1 ELSE 0 END), 0) AS hour_ok,
             COUNT(*) AS day_total,
             COALESCE(SUM(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END), 0) AS day_ok
-     FROM onus_delivery_attempts WHERE endpoint_id = $2 AND attempted_at >= $3",
+     FROM (SELECT attempted_at, outcome FROM onus_delivery_attempts
+           WHERE endpoint_id = $2 AND attempted_at >= $3
+           ORDER BY attempted_at DESC LIMIT $4) recent",
 );
 
 pub(crate) static ATTEMPT: Sql = Sql::new(

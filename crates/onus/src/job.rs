@@ -183,6 +183,11 @@ pub struct HistoryEntry {
 /// a longer one is cut, saying how much was cut.
 pub const MAX_MESSAGE: usize = 2048;
 
+/// What separates a failure's reason from the quoted start of the answer that caused it
+/// (`HTTP 500; response: {"error": "database down"}`): what is quoted is the other side's, so
+/// logs stop before it.
+pub const RESPONSE_QUOTE: &str = "; response: ";
+
 /// `text` on one line (runs of whitespace as one space) and at most `max` characters: a longer
 /// one is cut at the last space before the limit (mid-word only when a word is longer than a
 /// third of the limit) and ends with `…`.

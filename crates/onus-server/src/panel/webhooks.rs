@@ -47,9 +47,13 @@ pub async fn endpoints(
     endpoints_page(&panel, &s, tenant, None).await
 }
 
-/// A success rate: "98% of 120", or "-" with no attempt.
+/// A success rate: "98% of 120" ("of the last 10000" when more were made than are read), or
+/// "-" with no attempt.
 fn rate(r: Option<(u64, u64)>) -> String {
     match r {
+        Some((ok, total)) if total >= onus_webhooks::RATES_READ => {
+            format!("{}% of the last {total}", ok * 100 / total)
+        }
         Some((ok, total)) if total > 0 => {
             format!("{}% of {total}", ok * 100 / total)
         }

@@ -194,12 +194,7 @@ async fn no_taker(app: &App, j: &Job) -> Result<Option<Why>, onus::Error> {
             None,
         )));
     }
-    let p = app.client.processes().await?;
-    let runs_queue = p
-        .processes
-        .iter()
-        .any(|p| p.live && p.kinds.contains(&j.kind) && p.queues.iter().any(|q| q.name == j.queue));
-    if !runs_queue {
+    if !app.client.runs_somewhere(&j.kind, &j.queue).await? {
         return Ok(Some(why(
             format!(
                 "Due, but no live process runs kind {} from queue {}: start onus serve with that queue.",

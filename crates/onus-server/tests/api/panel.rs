@@ -913,7 +913,10 @@ pub async fn a_job_page_says_why_it_waits_and_what_ran_when(w: World) {
     let failed = insert(json!({"kind": "test.fail", "args": {}})).await;
     w.wait_job(failed, |j| j["state"] == "discarded").await;
     let p = page(failed).await;
-    assert!(p.contains("<dt>Alert</dt>") && p.contains(", open"), "{p}");
+    assert!(
+        p.contains("<dt>Alert</dt>") && p.contains("/alerts#alert-") && p.contains(", open"),
+        "{p}"
+    );
     assert!(!p.contains("Why it waits"), "{p}");
     assert!(
         !p.contains("class=\"ahead\""),
@@ -982,7 +985,9 @@ pub async fn the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs(w: World) 
         "{page}"
     );
     assert!(
-        page.contains("name=\"ids\" value=\"") && page.contains("form=\"chosen\""),
+        page.contains("name=\"ids\" value=\"")
+            && page.contains("form=\"chosen\"")
+            && page.contains("name=\"scope\" value=\"chosen\""),
         "{page}"
     );
     assert!(
@@ -991,12 +996,34 @@ pub async fn the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs(w: World) 
     );
     let csrf = csrf_of(&page);
 
+    // The chosen jobs' form with none ticked acts on none, never on the whole filter.
+    let (s, page, _) = b
+        .post(
+            "/jobs/bulk",
+            &[
+                ("csrf", csrf.as_str()),
+                ("query", "kind=report.build"),
+                ("scope", "chosen"),
+                ("action", "delete"),
+                ("confirm", "yes"),
+            ],
+            &[],
+        )
+        .await;
+    assert!(
+        s == 422 && page.contains("tick at least one job"),
+        "{s} {page}"
+    );
+    let (_, still) = w.get("/api/v1/jobs?kind=report.build").await;
+    assert_eq!(still["jobs"].as_array().unwrap().len(), 4, "{still}");
+
     // Two chosen: a confirmation with their count, then only they are cancelled.
     let (a, c) = (ids[0].to_string(), ids[2].to_string());
     let form = [
         ("csrf", csrf.as_str()),
         ("query", "kind=report.build"),
         ("action", "cancel"),
+        ("scope", "chosen"),
         ("ids", a.as_str()),
         ("ids", c.as_str()),
     ];
@@ -1010,6 +1037,7 @@ pub async fn the_jobs_list_has_state_tabs_and_acts_on_the_chosen_jobs(w: World) 
                 ("csrf", csrf.as_str()),
                 ("query", "kind=report.build"),
                 ("action", "cancel"),
+                ("scope", "chosen"),
                 ("ids", &format!("{a},{c}")),
                 ("confirm", "yes"),
             ],

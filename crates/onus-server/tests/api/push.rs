@@ -95,7 +95,7 @@ pub async fn a_push_kind_posts_each_job_signed_and_the_answer_is_classified(w: W
     // A failure's history says what the other side answered, on one line.
     assert_eq!(
         j["errors"][0]["message"],
-        json!("HTTP 500: {\"error\": \"database down\", \"retry\": true}"),
+        json!("HTTP 500; response: {\"error\": \"database down\", \"retry\": true}"),
         "{j}"
     );
     let j = w.wait_job(missing, |j| j["state"] == "discarded").await;
@@ -104,7 +104,7 @@ pub async fn a_push_kind_posts_each_job_signed_and_the_answer_is_classified(w: W
         j["errors"][0]["message"]
             .as_str()
             .unwrap()
-            .ends_with("HTTP 404: no such invoice"),
+            .ends_with("HTTP 404; response: no such invoice"),
         "{j}"
     );
 

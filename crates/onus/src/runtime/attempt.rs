@@ -90,13 +90,22 @@ pub(crate) fn ended(
 
 /// Logs how an attempt ended, as the job layer decided it: the ending, not the handler's
 /// classification (a retryable error on the last attempt is logged as the discard it became).
-fn log_ending(job: &Job, t: &Transition) {
+pub(crate) fn log_ending(job: &Job, t: &Transition) {
     let at = |t: &crate::Timestamp| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string();
+    // The reason, without what it quotes of the other side's answer (a response body is not
+    // ours to log), on one line.
+    let said = |m: &str| {
+        let own = m
+            .split(crate::job::RESPONSE_QUOTE)
+            .next()
+            .unwrap_or_default();
+        crate::job::shorten(own, 300)
+    };
     let (id, kind, attempt) = (job.id, job.kind.as_str(), job.attempt);
     match t {
         Transition::Complete | Transition::Return => {}
         Transition::Retry { run_at, entry } => tracing::info!(
-            job = id, kind, attempt, error = %entry.message,
+            job = id, kind, attempt, error = %said(&entry.message),
             "attempt {attempt} of {} failed; retrying at {}", job.max_attempts, at(run_at)
         ),
         Transition::Snooze { run_at, entry, .. } => tracing::info!(
@@ -135,15 +144,18 @@ fn log_ending(job: &Job, t: &Transition) {
             alert,
         } => {
             let why = match reason {
+                crate::job::DiscardReason::Exhausted if attempt == 1 => {
+                    "exhausted after 1 attempt".to_string()
+                }
                 crate::job::DiscardReason::Exhausted => {
-                    format!("exhausted after {attempt} attempt(s)")
+                    format!("exhausted after {attempt} attempts")
                 }
                 crate::job::DiscardReason::Permanent => "permanent failure".to_string(),
                 crate::job::DiscardReason::Dropped => "dropped by its rate window".to_string(),
             };
             let alert = if *alert { "; alert raised" } else { "" };
             tracing::warn!(
-                job = id, kind, attempt, error = %entry.message,
+                job = id, kind, attempt, error = %said(&entry.message),
                 "discarded ({why}){alert}"
             );
         }

@@ -92,7 +92,9 @@ pub(crate) async fn execute(
     match admitted {
         Admission::Run => {}
         Admission::Write(t) => {
-            send(shared, finish, finish_of(shared, job, t), hold);
+            let f = finish_of(shared, job, t);
+            super::attempt::log_ending(job, &f.transition);
+            send(shared, finish, f, hold);
             return;
         }
     }

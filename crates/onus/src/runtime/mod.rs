@@ -622,15 +622,13 @@ impl Onus {
             shared.clone(),
             stop.clone(),
         )));
-        tasks.push(tokio::spawn(processes::presence(
-            shared.clone(),
-            stop.clone(),
-        )));
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = tokio::spawn(maintenance::heartbeat(
             shared.clone(),
             heartbeat_stop.clone(),
         ));
+        // Listed as there until its jobs are handed back or written: it stops with the heartbeat.
+        let presence = tokio::spawn(processes::presence(shared.clone(), heartbeat_stop.clone()));
         drop(finish_tx);
         Running {
             shared,
@@ -642,6 +640,7 @@ impl Onus {
             abandon,
             heartbeat,
             heartbeat_stop,
+            presence,
         }
     }
 }
@@ -658,6 +657,7 @@ pub struct Running {
     abandon: CancellationToken,
     heartbeat: JoinHandle<()>,
     heartbeat_stop: CancellationToken,
+    presence: JoinHandle<()>,
 }
 
 /// How long shutdown waits, after the grace period, for outcomes to be written.
@@ -712,6 +712,11 @@ impl Running {
         let mut heartbeat = self.heartbeat;
         if tokio::time::timeout(STEP, &mut heartbeat).await.is_err() {
             heartbeat.abort();
+        }
+        // Its presence removed (bounded by its own second).
+        let mut presence = self.presence;
+        if tokio::time::timeout(STEP * 2, &mut presence).await.is_err() {
+            presence.abort();
         }
         for name in [maintenance::LEADER, maintenance::PERIODIC_LEADER] {
             let _ = tokio::time::timeout(STEP, self.shared.store.resign(name, &self.shared.owner))

@@ -34,7 +34,8 @@ static SEEN: Sql = Sql::new(
     PROCESSES,
     "INSERT INTO onus_processes (id, role, host, pid, version, detail, started_at, seen_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-     ON CONFLICT (id) DO UPDATE SET detail = excluded.detail, seen_at = excluded.seen_at",
+     ON CONFLICT (id) DO UPDATE SET detail = excluded.detail, seen_at = excluded.seen_at
+     WHERE onus_processes.role = excluded.role",
 );
 
 static GONE: Sql = Sql::new(PROCESSES, "DELETE FROM onus_processes WHERE id = $1");
@@ -47,12 +48,17 @@ static LIST: Sql = Sql::new(
      ORDER BY role DESC, host, started_at, id",
 );
 
-/// Every running job's owner and start, oldest first: running jobs are bounded by the slots of
-/// every process, and read through the partial index of running jobs.
-static RUNNING: Sql = Sql::new(
+/// How many jobs each owner runs now, read through the partial index of running jobs.
+static RUNNING_BY_OWNER: Sql = Sql::new(
+    "onus_live",
+    "SELECT lease_owner, COUNT(*) AS n FROM onus_live WHERE state = 'running' GROUP BY lease_owner",
+);
+
+/// The oldest running jobs of one owner, at most `$2`.
+static RUNNING_OF: Sql = Sql::new(
     "onus_live",
     "SELECT id, kind, queue, lease_owner, attempted_at FROM onus_live
-     WHERE state = 'running' ORDER BY attempted_at, id",
+     WHERE state = 'running' AND lease_owner = $1 ORDER BY attempted_at, id LIMIT $2",
 );
 
 /// What a process is.
@@ -149,7 +155,7 @@ pub struct Processes {
 
 struct Listed {
     id: String,
-    role: String,
+    role: ProcessRole,
     host: String,
     pid: Option<i64>,
     version: String,
@@ -162,7 +168,11 @@ impl FromRow for Listed {
     fn from_row(r: &Row) -> StoreResult<Self> {
         Ok(Listed {
             id: r.get("id")?,
-            role: r.get("role")?,
+            role: if r.get::<String>("role")? == ROLE_PULL {
+                ProcessRole::Pull
+            } else {
+                ProcessRole::Runtime
+            },
             host: r.get("host")?,
             pid: r.get("pid")?,
             version: r.get("version")?,
@@ -173,11 +183,24 @@ impl FromRow for Listed {
     }
 }
 
+struct Owned {
+    owner: Option<String>,
+    n: i64,
+}
+
+impl FromRow for Owned {
+    fn from_row(r: &Row) -> StoreResult<Self> {
+        Ok(Owned {
+            owner: r.get("lease_owner")?,
+            n: r.get("n")?,
+        })
+    }
+}
+
 struct Running {
     id: JobId,
     kind: String,
     queue: String,
-    owner: Option<String>,
     attempted_at: Option<Timestamp>,
 }
 
@@ -187,7 +210,6 @@ impl FromRow for Running {
             id: r.get("id")?,
             kind: r.get("kind")?,
             queue: r.get("queue")?,
-            owner: r.get("lease_owner")?,
             attempted_at: r.get("attempted_at")?,
         })
     }
@@ -195,6 +217,11 @@ impl FromRow for Running {
 
 const ROLE_RUNTIME: &str = "runtime";
 const ROLE_PULL: &str = "pull";
+
+/// Whether a process last seen at `seen` counts as live at `now`.
+fn live(now: Timestamp, seen: Timestamp) -> bool {
+    now.signed_duration_since(seen).to_std().unwrap_or_default() < LIVE_WITHIN
+}
 
 /// The host this process runs on: `HOSTNAME`, else the kernel's name for the machine.
 pub(crate) fn host_name() -> String {
@@ -210,16 +237,22 @@ pub(crate) fn host_name() -> String {
 /// seen for [`KEPT_FOR`], and removes its own row when stopped.
 pub(crate) async fn presence(shared: Arc<Shared>, stop: CancellationToken) {
     let started = shared.clock.now();
+    // A runtime without handlers claims from no queue (it starts no producer).
+    let kinds = shared.handled_kinds();
     let detail = Detail {
-        queues: shared
-            .queues
-            .iter()
-            .map(|(name, slots)| QueueSlots {
-                name: name.clone(),
-                slots: *slots,
-            })
-            .collect(),
-        kinds: shared.handled_kinds(),
+        queues: if kinds.is_empty() {
+            Vec::new()
+        } else {
+            shared
+                .queues
+                .iter()
+                .map(|(name, slots)| QueueSlots {
+                    name: name.clone(),
+                    slots: *slots,
+                })
+                .collect()
+        },
+        kinds,
     };
     let detail = detail_value(&detail);
     let db = Db::new(shared.store.clone());
@@ -286,39 +319,40 @@ impl PullSeen {
 pub const MAX_WORKER_NAME: usize = 200;
 
 impl Client {
-    /// Every process seen within the last hour, with the jobs each runs (see [`Processes`]).
+    /// Every process seen within the last hour, with the jobs each runs (see [`Processes`]): the
+    /// running jobs counted per owner, and at most [`JOBS_SHOWN`] of each runtime's read.
     pub async fn processes(&self) -> Result<Processes, Error> {
         let db = Db::new(self.shared.store.clone());
-        let listed: Vec<Listed> = db.read_rows(&LIST, Vec::new()).await?;
-        let running: Vec<Running> = db.read_rows(&RUNNING, Vec::new()).await?;
+        let listed = self.presences().await?;
+        let owned: Vec<Owned> = db.read_rows(&RUNNING_BY_OWNER, Vec::new()).await?;
         let now = self.now();
-        let mut by_owner: BTreeMap<String, Vec<Running>> = BTreeMap::new();
+        let mut by_owner: BTreeMap<String, u64> = BTreeMap::new();
         let (mut pulled, mut orphaned) = (0u64, 0u64);
-        for r in running {
-            match &r.owner {
-                Some(o) if o.starts_with(super::pull::OWNER_PREFIX) => pulled += 1,
-                Some(o) => by_owner.entry(o.clone()).or_default().push(r),
-                None => orphaned += 1,
+        for o in owned {
+            let n = o.n.max(0) as u64;
+            match o.owner {
+                Some(w) if w.starts_with(super::pull::OWNER_PREFIX) => pulled += n,
+                Some(w) => *by_owner.entry(w).or_default() += n,
+                None => orphaned += n,
             }
         }
         let mut processes = Vec::with_capacity(listed.len());
         for l in listed {
-            let jobs = by_owner.remove(&l.id).unwrap_or_default();
-            let role = if l.role == ROLE_PULL {
-                ProcessRole::Pull
+            let running = by_owner.remove(&l.id).unwrap_or(0);
+            let jobs: Vec<Running> = if running > 0 {
+                db.read_rows(
+                    &RUNNING_OF,
+                    vec![l.id.clone().into(), (JOBS_SHOWN as i64).into()],
+                )
+                .await?
             } else {
-                ProcessRole::Runtime
+                Vec::new()
             };
             processes.push(ProcessInfo {
-                live: now
-                    .signed_duration_since(l.seen_at)
-                    .to_std()
-                    .unwrap_or_default()
-                    < LIVE_WITHIN,
-                running: jobs.len() as u64,
+                live: live(now, l.seen_at),
+                running,
                 jobs: jobs
                     .into_iter()
-                    .take(JOBS_SHOWN)
                     .map(|r| RunningJob {
                         id: r.id,
                         kind: r.kind,
@@ -327,7 +361,7 @@ impl Client {
                     })
                     .collect(),
                 id: l.id,
-                role,
+                role: l.role,
                 host: l.host,
                 pid: l.pid,
                 version: l.version,
@@ -337,12 +371,28 @@ impl Client {
                 seen_at: l.seen_at,
             });
         }
-        orphaned += by_owner.values().map(|v| v.len() as u64).sum::<u64>();
+        orphaned += by_owner.values().sum::<u64>();
         Ok(Processes {
             processes,
             pulled_running: pulled,
             orphaned_running: orphaned,
         })
+    }
+
+    /// Whether a live runtime runs `kind` from `queue` (read from the presences alone).
+    pub async fn runs_somewhere(&self, kind: &str, queue: &str) -> Result<bool, Error> {
+        let now = self.now();
+        Ok(self.presences().await?.iter().any(|p| {
+            p.role == ProcessRole::Runtime
+                && live(now, p.seen_at)
+                && p.detail.kinds.iter().any(|k| k == kind)
+                && p.detail.queues.iter().any(|q| q.name == queue)
+        }))
+    }
+
+    async fn presences(&self) -> Result<Vec<Listed>, Error> {
+        let db = Db::new(self.shared.store.clone());
+        Ok(db.read_rows(&LIST, Vec::new()).await?)
     }
 
     /// Records that the pull worker `name` claimed `kinds` now (at most one write per worker per

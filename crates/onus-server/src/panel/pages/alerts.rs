@@ -31,7 +31,7 @@ pub async fn alerts(State(panel): State<Panel>, Authed(s): Authed) -> Response {
                 thead { tr { th { "Raised" } th { "Job" } th { "Kind" } th { "Last error" } th { "Acknowledged" } } }
                 tbody {
                     @for a in &list.alerts {
-                        tr {
+                        tr id=(format!("alert-{}", a.id)) {
                             td { (when(a.created_at)) }
                             td { a href=(panel.href(&format!("/jobs/{}", a.job_id))) { (a.job_id) } }
                             td { (a.kind) }

@@ -162,7 +162,7 @@ pub async fn job(
             }
             @for a in &alerts {
                 dt { "Alert" } dd {
-                    a href=(panel.href("/alerts")) { "alert " (a.id) } " raised " (when(a.created_at))
+                    a href=(panel.href(&format!("/alerts#alert-{}", a.id))) { "alert " (a.id) } " raised " (when(a.created_at))
                     @if let Some(t) = a.acked_at { ", acknowledged " (when(t)) } @else { ", open" }
                 }
             }

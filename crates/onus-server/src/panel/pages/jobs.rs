@@ -147,6 +147,7 @@ pub async fn jobs(
             form method="post" action=(panel.href("/jobs/bulk")) class="bulk" id="chosen" {
                 input type="hidden" name="csrf" value=(s.csrf);
                 input type="hidden" name="query" value=(here);
+                input type="hidden" name="scope" value="chosen";
                 span { "The jobs ticked below: " }
                 button name="action" value="retry" { "Retry chosen" }
                 button name="action" value="cancel" { "Cancel chosen" }
@@ -195,6 +196,10 @@ pub struct BulkForm {
     /// Chosen jobs (comma-separated): the action applies to them only, not to the filter.
     #[serde(default)]
     ids: Option<String>,
+    /// `chosen` when the form is the one of the ticked jobs: with none ticked it acts on none
+    /// (a browser sends no `ids` then), never on the whole filter.
+    #[serde(default)]
+    scope: Option<String>,
 }
 
 fn bulk_body(query: &str) -> Result<BulkBody, ApiError> {
@@ -228,8 +233,14 @@ pub async fn jobs_bulk(State(panel): State<Panel>, Posted(s, f): Posted<BulkForm
         .split(',')
         .filter_map(|v| v.trim().parse().ok())
         .collect();
-    if f.ids.is_some() && chosen.is_empty() {
-        return err_page(&panel, &s, ApiError::invalid("ids: tick at least one job"));
+    if (f.ids.is_some() || f.scope.as_deref() == Some("chosen")) && chosen.is_empty() {
+        return err_page(
+            &panel,
+            &s,
+            ApiError::invalid(
+                "ids: tick at least one job, or use the buttons for every job matching the filter",
+            ),
+        );
     }
     let mut body = if chosen.is_empty() {
         match bulk_body(&f.query) {
@@ -267,6 +278,7 @@ pub async fn jobs_bulk(State(panel): State<Panel>, Posted(s, f): Posted<BulkForm
                 input type="hidden" name="query" value=(f.query);
                 input type="hidden" name="action" value=(f.action);
                 @if !chosen.is_empty() {
+                    input type="hidden" name="scope" value="chosen";
                     input type="hidden" name="ids" value=(chosen.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","));
                 }
                 input type="hidden" name="confirm" value="yes";

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::html;
 
-use super::{err_page, layout, plural, when};
+use super::{at, err_page, layout, plural};
 use crate::panel::{Authed, Panel};
 
 /// Every process seen in the last hour: its queues and slots, running jobs, last heartbeat.
@@ -15,6 +15,7 @@ pub async fn processes(State(panel): State<Panel>, Authed(s): Authed) -> Respons
         Err(e) => return err_page(&panel, &s, e.into()),
     };
     let open = panel.badge().await;
+    let now = panel.app.client.now();
     let body = html! {
         p class="hint" {
             "Every " code { "onus serve" } " process writes that it is there every 10 s and removes itself when it stops; "
@@ -55,7 +56,7 @@ pub async fn processes(State(panel): State<Panel>, Authed(s): Authed) -> Respons
                                                 li {
                                                     a href=(panel.href(&format!("/jobs/{}", j.id))) { "#" (j.id) }
                                                     " " (j.kind)
-                                                    @if let Some(at) = j.attempted_at { " since " (when(at)) }
+                                                    @if let Some(t) = j.attempted_at { " since " (at(now, t)) }
                                                 }
                                             }
                                             @if q.running > q.jobs.len() as u64 { li { "and " (q.running - q.jobs.len() as u64) " more" } }
@@ -63,8 +64,8 @@ pub async fn processes(State(panel): State<Panel>, Authed(s): Authed) -> Respons
                                     }
                                 }
                             }
-                            td { (when(q.seen_at)) }
-                            td { (when(q.started_at)) }
+                            td { (at(now, q.seen_at)) }
+                            td { (at(now, q.started_at)) }
                         }
                     }
                 }
