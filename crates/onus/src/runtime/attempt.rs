@@ -114,7 +114,7 @@ pub(crate) fn log_ending(job: &Job, t: &Transition) {
             attempt,
             "snoozed until {} ({})",
             at(run_at),
-            entry.message
+            said(&entry.message)
         ),
         Transition::Hold { run_at } => tracing::info!(
             job = id,
@@ -129,14 +129,14 @@ pub(crate) fn log_ending(job: &Job, t: &Transition) {
             attempt,
             "retry deferred until {} ({})",
             at(run_at),
-            entry.message
+            said(&entry.message)
         ),
         Transition::Cancel { entry } => tracing::info!(
             job = id,
             kind,
             attempt,
             "cancelled while running ({})",
-            entry.message
+            said(&entry.message)
         ),
         Transition::Discard {
             reason,
