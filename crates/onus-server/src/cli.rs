@@ -986,8 +986,7 @@ fn id_list(ids: &[JobId]) -> String {
 
 /// A time as shown in a table (to the second, with its zone), or `-` when there is none.
 fn time_or_dash(t: Option<onus::Timestamp>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_else(|| "-".into())
+    t.map(crate::views::when).unwrap_or_else(|| "-".into())
 }
 
 /// A time as shown on one job's page: to the millisecond, with its zone.

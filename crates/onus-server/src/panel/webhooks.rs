@@ -230,17 +230,15 @@ pub async fn endpoint(
 /// An endpoint, with the edit form filled again and its error shown when `refill` holds a
 /// refused one (answered 422).
 async fn endpoint_page(panel: &Panel, s: &Session, id: &str, refill: Option<&Refill>) -> Response {
-    let (panel, s) = (panel.clone(), s.clone());
-    let id = id.to_string();
     let found = async {
-        let e = panel.app.webhooks.endpoint(&id).await?;
-        let attempts = panel.app.webhooks.endpoint_attempts(&id, 50, None).await?;
+        let e = panel.app.webhooks.endpoint(id).await?;
+        let attempts = panel.app.webhooks.endpoint_attempts(id, 50, None).await?;
         Ok::<_, onus_webhooks::Error>((e, attempts))
     }
     .await;
     let (e, attempts) = match found {
         Ok(v) => v,
-        Err(err) => return err_page(&panel, &s, err.into()),
+        Err(err) => return err_page(panel, s, err.into()),
     };
     let discarded = panel.app.webhooks.redeliver_count(&e.id).await.unwrap_or(0);
     let open = panel.badge().await;
@@ -308,7 +306,7 @@ async fn endpoint_page(panel: &Panel, s: &Session, id: &str, refill: Option<&Ref
             }
         }
     };
-    let page = layout(&panel, Some(&s), &format!("Endpoint {}", e.id), open, body);
+    let page = layout(panel, Some(s), &format!("Endpoint {}", e.id), open, body);
     if refill.is_some() {
         (StatusCode::UNPROCESSABLE_ENTITY, page).into_response()
     } else {

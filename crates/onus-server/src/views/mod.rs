@@ -6,3 +6,8 @@ pub mod alerts;
 pub mod events;
 pub mod jobs;
 pub mod why;
+
+/// An instant as a person reads it: to the second, in UTC.
+pub fn when(t: onus::Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}

@@ -16,8 +16,6 @@ pub enum Remedy {
     ResumeKey(String),
     /// Open the webhook endpoint (to enable it, or see why it fails).
     Endpoint(String),
-    /// Retry the job now (one more attempt).
-    RetryNow,
 }
 
 /// Why a job waits.
@@ -29,11 +27,6 @@ pub struct Why {
     pub until: Option<Timestamp>,
     /// What would let it run.
     pub remedy: Option<Remedy>,
-}
-
-/// An instant to the second, in UTC.
-fn utc(t: Timestamp) -> String {
-    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
 fn why(reason: impl Into<String>, until: Option<Timestamp>, remedy: Option<Remedy>) -> Why {
@@ -76,7 +69,7 @@ pub async fn why_waits(app: &App, j: &Job, now: Timestamp) -> Result<Option<Why>
             format!(
                 "Queue {} is paused (since {}): no process claims from it until it is resumed.",
                 q.name,
-                utc(q.paused_at)
+                super::when(q.paused_at)
             ),
             None,
             Some(Remedy::ResumeQueue(q.name)),
@@ -117,7 +110,7 @@ pub async fn why_waits(app: &App, j: &Job, now: Timestamp) -> Result<Option<Why>
                     return Ok(Some(why(
                         format!(
                             "Endpoint {ep} is failing (since {}): a new delivery to it waits a cooldown first.",
-                            utc(since)
+                            super::when(since)
                         ),
                         Some(j.run_at),
                         Some(Remedy::Endpoint(ep)),
@@ -139,7 +132,7 @@ pub async fn why_waits(app: &App, j: &Job, now: Timestamp) -> Result<Option<Why>
                     j.attempt + 1
                 ),
                 Some(j.run_at),
-                Some(Remedy::RetryNow),
+                None,
             )
         }
         S::Snoozed => match last {
@@ -147,7 +140,7 @@ pub async fn why_waits(app: &App, j: &Job, now: Timestamp) -> Result<Option<Why>
             Some(e) if e.class == EntryClass::Snooze && e.attempt > j.attempt => why(
                 format!("Snoozed: {}.", onus::job::shorten(&e.message, 200)),
                 Some(j.run_at),
-                Some(Remedy::RetryNow),
+                None,
             ),
             _ => match &j.lease_key {
                 Some(k) => why(
@@ -155,7 +148,7 @@ pub async fn why_waits(app: &App, j: &Job, now: Timestamp) -> Result<Option<Why>
                     None,
                     None,
                 ),
-                None => why("Snoozed.", Some(j.run_at), Some(Remedy::RetryNow)),
+                None => why("Snoozed.", Some(j.run_at), None),
             },
         },
         S::Scheduled if last.is_some_and(|e| e.class == EntryClass::Deferred) => why(
@@ -164,9 +157,9 @@ pub async fn why_waits(app: &App, j: &Job, now: Timestamp) -> Result<Option<Why>
                 onus::job::shorten(&last.map(|e| e.message.clone()).unwrap_or_default(), 200)
             ),
             Some(j.run_at),
-            Some(Remedy::RetryNow),
+            None,
         ),
-        S::Scheduled if j.run_at > now => why("Scheduled.", Some(j.run_at), Some(Remedy::RetryNow)),
+        S::Scheduled if j.run_at > now => why("Scheduled.", Some(j.run_at), None),
         _ => return no_taker(app, j).await,
     };
     Ok(Some(own))

@@ -57,7 +57,7 @@ static RUNNING_BY_OWNER: Sql = Sql::new(
 /// The oldest running jobs of one owner, at most `$2`.
 static RUNNING_OF: Sql = Sql::new(
     "onus_live",
-    "SELECT id, kind, queue, lease_owner, attempted_at FROM onus_live
+    "SELECT id, kind, queue, attempted_at FROM onus_live
      WHERE state = 'running' AND lease_owner = $1 ORDER BY attempted_at, id LIMIT $2",
 );
 
@@ -322,7 +322,7 @@ impl Client {
     /// Every process seen within the last hour, with the jobs each runs (see [`Processes`]): the
     /// running jobs counted per owner, and at most [`JOBS_SHOWN`] of each runtime's read.
     pub async fn processes(&self) -> Result<Processes, Error> {
-        let db = Db::new(self.shared.store.clone());
+        let db = self.db();
         let listed = self.presences().await?;
         let owned: Vec<Owned> = db.read_rows(&RUNNING_BY_OWNER, Vec::new()).await?;
         let now = self.now();
@@ -391,8 +391,7 @@ impl Client {
     }
 
     async fn presences(&self) -> Result<Vec<Listed>, Error> {
-        let db = Db::new(self.shared.store.clone());
-        Ok(db.read_rows(&LIST, Vec::new()).await?)
+        Ok(self.db().read_rows(&LIST, Vec::new()).await?)
     }
 
     /// Records that the pull worker `name` claimed `kinds` now (at most one write per worker per
@@ -424,9 +423,7 @@ impl Client {
             now.into(),
             now.into(),
         ];
-        Db::new(self.shared.store.clone())
-            .execute(&SEEN, params)
-            .await?;
+        self.db().execute(&SEEN, params).await?;
         Ok(())
     }
 }

@@ -113,7 +113,8 @@ async fn resume_in<T: Tx + ?Sized>(tx: &T, name: &str, now: Timestamp) -> StoreR
 }
 
 impl Client {
-    fn db(&self) -> Db {
+    /// The shared database layer over this client's store.
+    pub(crate) fn db(&self) -> Db {
         Db::new(self.shared.store.clone())
     }
 

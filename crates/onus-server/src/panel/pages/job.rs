@@ -135,7 +135,7 @@ pub async fn job(
                     Some(Remedy::Endpoint(ep)) => {
                         p { a href=(panel.href(&format!("/endpoints/{ep}"))) { "Open endpoint " (ep) } }
                     }
-                    Some(Remedy::RetryNow) | None => {}
+                    None => {}
                 }
             }
         }

@@ -31,10 +31,7 @@ pub use periodic::{periodic, periodic_action};
 pub use processes::processes;
 pub use queues::queue_action;
 
-/// An instant as the panel shows it: to the second, in UTC.
-pub(crate) fn when(t: onus::Timestamp) -> String {
-    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
-}
+pub(crate) use crate::views::when;
 
 /// How far `t` is from `now`, as a person says it: "in 4 min", "2 h ago", "now".
 pub(crate) fn relative(now: onus::Timestamp, t: onus::Timestamp) -> String {

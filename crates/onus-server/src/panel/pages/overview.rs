@@ -117,7 +117,7 @@ pub(crate) async fn overview_page(panel: &Panel, s: &Session, refill: Option<&Re
                         @for k in &keys {
                             tr {
                                 td { code { (k.key) } }
-                                td { (k.until.format("%Y-%m-%d %H:%M:%S UTC")) }
+                                td { (super::when(k.until)) }
                                 td { (k.held) }
                                 td { (k.reason) }
                                 td {
